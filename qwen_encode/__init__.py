@@ -1,0 +1,28 @@
+"""qwen-encode: exact, injection-safe Qwen 3.8 prompt encoding and completion parsing."""
+
+from . import markers
+from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
+from .errors import (
+    CheckpointError,
+    MarkerInTextError,
+    ParseError,
+    PromptError,
+    QwenEncodeError,
+    VocabularyError,
+)
+
+__all__ = [
+    "CheckpointError",
+    "ImageBlock",
+    "MarkerInTextError",
+    "ParseError",
+    "PromptError",
+    "QwenEncodeError",
+    "TextBlock",
+    "ToolCall",
+    "Turn",
+    "VideoBlock",
+    "VocabularyError",
+    "markers",
+    "turns_from_messages",
+]
