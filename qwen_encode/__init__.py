@@ -10,6 +10,20 @@ from .errors import (
     QwenEncodeError,
     VocabularyError,
 )
+from .protocol import (
+    Prompt,
+    ReasoningEffort,
+    Segment,
+    Special,
+    Text,
+    format_prompt,
+    format_tool_call,
+    format_turn,
+    reasoning_effort_from_scale,
+    reasoning_instruction,
+    serialize_tool_signatures,
+    tools_section,
+)
 
 __all__ = [
     "CheckpointError",
@@ -25,4 +39,16 @@ __all__ = [
     "VocabularyError",
     "markers",
     "turns_from_messages",
+    "Prompt",
+    "ReasoningEffort",
+    "Segment",
+    "Special",
+    "Text",
+    "format_prompt",
+    "format_tool_call",
+    "format_turn",
+    "reasoning_effort_from_scale",
+    "reasoning_instruction",
+    "serialize_tool_signatures",
+    "tools_section",
 ]

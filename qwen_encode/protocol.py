@@ -1,0 +1,651 @@
+"""Qwen 3.8 prompt construction: conversations -> ``Prompt`` (typed segments), byte-identical to the
+checkpoint's own chat template (``chat_template.jinja``, sha256 c3cf9e34…1041).
+
+Why segments: the template produces one string, and once it is a string nobody can tell the
+``<|im_end|>`` the protocol wrote from the one a user typed. Here every marker the protocol writes is
+a ``Special`` and every piece of text is a ``Text`` that remembers which message and field it came
+from, so the encoder can map delimiters straight to vocabulary IDs and keep caller text as text.
+``Prompt.text`` joins the segments and is what ``apply_chat_template(tokenize=False)`` renders.
+
+Comments cite the template line each rule comes from. Evaluation order follows the template too, so
+a conversation with several problems raises the error the template would raise first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import Any, TypeAlias
+
+from . import markers as mk
+from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
+from .errors import PromptError
+
+__all__ = [
+    "Prompt",
+    "ReasoningEffort",
+    "Segment",
+    "Special",
+    "Text",
+    "format_prompt",
+    "format_tool_call",
+    "format_turn",
+    "reasoning_effort_from_scale",
+    "reasoning_instruction",
+    "serialize_tool_signatures",
+    "tools_section",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Segments
+
+
+@dataclass(frozen=True, slots=True)
+class Special:
+    """A protocol marker, to be encoded as its single vocabulary ID.
+
+    ``turn`` is the index of the message this belongs to (-1: protocol text of no message, i.e. a
+    system turn synthesised for the reasoning instruction, or the generation primer). ``trained``
+    marks what a fine-tuning run trains on: an assistant turn's body and its closing marker.
+    """
+
+    marker: str
+    turn: int = -1
+    trained: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Plain text. ``field`` names the caller's field it came from (``content``,
+    ``tool_calls[0].arguments.city``, ``tools[2]``, …); None for text the protocol wrote."""
+
+    text: str
+    turn: int = -1
+    trained: bool = False
+    field: str | None = None
+
+
+Segment: TypeAlias = Special | Text
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A rendered prompt: typed segments, and their concatenation as ``text``."""
+
+    segments: tuple[Segment, ...]
+
+    @cached_property
+    def text(self) -> str:
+        return "".join(s.marker if isinstance(s, Special) else s.text for s in self.segments)
+
+
+class _Builder:
+    """Collects segments for the turn being rendered (``turn``/``trained`` apply to what follows)."""
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self.turn = -1
+        self.trained = False
+
+    def special(self, marker: str) -> None:
+        self.segments.append(Special(marker, self.turn, self.trained))
+
+    def text(self, text: str, field: str | None = None) -> None:
+        if text:
+            self.segments.append(Text(text, self.turn, self.trained, field))
+
+    def protocol(self, text: str) -> None:
+        """Protocol-authored text; the markers it spells (the tools block's example and reminder
+        spell ``<tool_call>``) are ``Special``, because tokenizing the template's output turns
+        them into the atomic IDs and that is what the model was trained on."""
+        for i, part in enumerate(_MARKER_SPLIT.split(text)):
+            if i % 2:
+                self.special(part)
+            else:
+                self.text(part)
+
+    def rstrip(self) -> None:
+        """Drop trailing whitespace across trailing ``Text`` segments."""
+        while self.segments and isinstance(last := self.segments[-1], Text):
+            stripped = last.text.rstrip()
+            if stripped:
+                self.segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+                return
+            self.segments.pop()
+
+    def prompt(self) -> Prompt:
+        return Prompt(tuple(self.segments))
+
+
+_MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
+
+
+# --------------------------------------------------------------------------------------------
+# Verbatim protocol texts (template lines 46-63, 70)
+
+
+class ReasoningEffort(str, Enum):
+    """The template's reasoning efforts. MEDIUM adds no instruction; XHIGH is the default."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    XHIGH = "xhigh"
+
+    @classmethod
+    def parse(cls, value: ReasoningEffort | str) -> ReasoningEffort:
+        if isinstance(value, ReasoningEffort):
+            return value
+        if isinstance(value, str):
+            for effort in cls:
+                if effort.value == value:
+                    return effort
+        # Template: raise_exception('Unexpected reasoning effort ' ~ reasoning_effort ~ '. …')
+        raise PromptError(
+            f"Unexpected reasoning effort {value}. "
+            "Supported types are xhigh (default), medium, and low.",
+            field="reasoning_effort",
+        )
+
+
+_REASONING_INSTRUCTIONS: Mapping[ReasoningEffort, str] = {
+    ReasoningEffort.XHIGH: (
+        "Reasoning effort is set to xhigh. Please think carefully through the task, validate key "
+        "assumptions, consider plausible alternatives, and prioritize correctness, consistency, "
+        "and clarity in the final answer."
+    ),
+    ReasoningEffort.MEDIUM: "",
+    ReasoningEffort.LOW: (
+        "Reasoning effort is set to low. Keep your thinking brief and focused, moving directly to "
+        "the conclusion without unnecessary elaboration."
+    ),
+}
+
+
+def reasoning_instruction(effort: ReasoningEffort | str) -> str:
+    """The template's system instruction for ``effort``, verbatim; "" for MEDIUM."""
+    return _REASONING_INSTRUCTIONS[ReasoningEffort.parse(effort)]
+
+
+def reasoning_effort_from_scale(level: int) -> ReasoningEffort:
+    """Map a host's 1..5 effort scale: 1 -> LOW, 2..4 -> MEDIUM, 5 -> XHIGH."""
+    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 5:
+        raise ValueError(f"reasoning effort level must be an integer from 1 to 5, got {level!r}")
+    if level == 1:
+        return ReasoningEffort.LOW
+    return ReasoningEffort.XHIGH if level == 5 else ReasoningEffort.MEDIUM
+
+
+_TOOLS_HEAD = "# Tools\n\nYou have access to the following functions:\n\n<tools>"
+_TOOLS_TAIL = (
+    "\n</tools>"
+    "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+    "</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
+    "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"
+    "Reminder:\n- Function calls MUST follow the specified format: an inner <function=...>"
+    "</function> block must be nested within <tool_call></tool_call> XML tags\n- Required "
+    "parameters MUST be specified\n- You may provide optional reasoning for your function call in "
+    "natural language BEFORE the function call, but NOT after\n- If there is no function call "
+    "available, answer the question like normal with your current knowledge and do not tell the "
+    "user about function calls\n</IMPORTANT>"
+)
+
+
+def _tojson(value: Any, field: str) -> str:
+    """The template's ``tojson``: transformers overrides Jinja's filter with
+    ``json.dumps(x, ensure_ascii=False)`` (default separators, key order kept)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as error:
+        # transformers would render a "<set>"-style placeholder; a value that is not JSON is a bug.
+        raise PromptError(f"is not JSON-serialisable: {error}", field=field) from None
+
+
+def _tool_signature_lines(tools: Any) -> list[str]:
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as error:
+            raise PromptError(f"tools are not valid JSON: {error}", field="tools") from None
+    if isinstance(tools, Mapping) or not isinstance(tools, Sequence):
+        # The template skips a mapping (`tools is not mapping`): the tools would vanish unseen.
+        raise PromptError(f"tools must be a list, got {type(tools).__name__}", field="tools")
+    lines = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if isinstance(tool, str):
+            try:
+                tool = json.loads(tool)
+            except json.JSONDecodeError as error:
+                raise PromptError(f"not valid JSON: {error}", field=where) from None
+        if not isinstance(tool, Mapping):
+            raise PromptError(f"a tool must be a JSON object, got {type(tool).__name__}", field=where)
+        lines.append(_tojson(tool, where))
+    return lines
+
+
+def serialize_tool_signatures(tools: Sequence[Mapping[str, Any] | str] | str) -> str:
+    """One JSON object per line, as the template's ``tool | tojson`` writes each tool.
+
+    ``tools`` is a list of tool objects (or JSON texts of objects), or the JSON text of such a
+    list. Unparseable JSON raises ``PromptError`` naming the tool rather than dropping it.
+    """
+    return "\n".join(_tool_signature_lines(tools))
+
+
+def tools_section(signatures: str) -> str:
+    """The whole tools block of the system turn, verbatim (without the system turn's markers)."""
+    if not signatures:
+        raise ValueError("the template renders a tools block only for a non-empty tools list")
+    return f"{_TOOLS_HEAD}\n{signatures}{_TOOLS_TAIL}"
+
+
+def _tool_call_segments(b: _Builder, call: ToolCall, where: str) -> None:
+    # Template: '<tool_call>\n<function=' + name + '>\n', per argument '<parameter=' + name + '>\n'
+    # value '\n</parameter>\n', then '</function>\n</tool_call>'.
+    b.special(mk.TOOL_CALL_OPEN)
+    b.text("\n<function=")
+    b.text(call.name, f"{where}.name")
+    b.text(">\n")
+    for name, value in call.arguments.items():
+        field = f"{where}.arguments.{name}"
+        b.text("<parameter=")
+        b.text(name, field)
+        b.text(">\n")
+        # `args_value | string if args_value is string else args_value | tojson`: strings are
+        # spliced raw (no quotes, no escaping, no trimming), everything else is JSON.
+        b.text(value if isinstance(value, str) else _tojson(value, field), field)
+        b.text("\n</parameter>\n")
+    b.text("</function>\n")
+    b.special(mk.TOOL_CALL_CLOSE)
+
+
+def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """One call in the protocol's grammar, from ``<tool_call>`` to ``</tool_call>``."""
+    b = _Builder()
+    _tool_call_segments(b, ToolCall(name, dict(arguments)), "tool_call")
+    return b.prompt().text
+
+
+# --------------------------------------------------------------------------------------------
+# Content (template macro render_content)
+
+
+class _VisionCounter:
+    """Template: image_count / video_count namespaces, counted across the whole conversation in
+    message order (only the main loop counts: do_vision_count=true)."""
+
+    def __init__(self) -> None:
+        self.images = 0
+        self.videos = 0
+
+
+def _content_segments(
+    b: _Builder,
+    turn: Turn,
+    index: int,
+    counter: _VisionCounter | None,
+    add_vision_id: bool,
+    is_system: bool = False,
+) -> None:
+    """Render ``turn.content`` and trim it (template: ``render_content(...)|trim``)."""
+    start = len(b.segments)
+    content = turn.content
+    if isinstance(content, str):
+        b.text(content, "content")
+    elif content is not None:
+        for j, block in enumerate(content):
+            if isinstance(block, TextBlock):
+                b.text(block.text, f"content[{j}].text")
+                continue
+            image = isinstance(block, ImageBlock)
+            if not image and not isinstance(block, VideoBlock):
+                raise PromptError("Unexpected item type in content.", message_index=index,
+                                  field=f"content[{j}]")
+            if is_system:
+                kind = "images" if image else "videos"
+                raise PromptError(f"System message cannot contain {kind}.", message_index=index,
+                                  field=f"content[{j}]")
+            if counter is not None:
+                if image:
+                    counter.images += 1
+                else:
+                    counter.videos += 1
+            if add_vision_id:
+                # Outside the main loop the template still prints the prefix, with the count as it
+                # stands; we only render there to test for tool responses, where it cannot matter.
+                count = (counter.images if image else counter.videos) if counter else 0
+                b.text(f"Picture {count}: " if image else f"Video {count}: ")
+            b.special(mk.VISION_START)
+            b.special(mk.IMAGE_PAD if image else mk.VIDEO_PAD)
+            b.special(mk.VISION_END)
+    _trim(b.segments, start)
+
+
+def _trim(segments: list[Segment], start: int) -> None:
+    """Jinja ``trim`` (Python ``str.strip()``) over the segments from ``start`` on."""
+    while start < len(segments) and isinstance(first := segments[start], Text):
+        stripped = first.text.lstrip()
+        if stripped:
+            segments[start] = Text(stripped, first.turn, first.trained, first.field)
+            break
+        del segments[start]
+    while len(segments) > start and isinstance(last := segments[-1], Text):
+        stripped = last.text.rstrip()
+        if stripped:
+            segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+            break
+        segments.pop()
+
+
+def _is_tool_response_wrapper(turn: Turn, add_vision_id: bool) -> bool:
+    """Template lines 97-100: a user turn whose trimmed content starts with ``<tool_response>``
+    and ends with ``</tool_response>`` is not a real query (multi-step tool use)."""
+    b = _Builder()
+    _content_segments(b, turn, 0, None, add_vision_id)
+    text = b.prompt().text
+    return text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)
+
+
+# --------------------------------------------------------------------------------------------
+# Turns
+
+
+def _assistant_segments(
+    b: _Builder,
+    turn: Turn,
+    index: int,
+    keep_reasoning: bool,
+    counter: _VisionCounter | None,
+    add_vision_id: bool,
+    open_end: bool = False,
+) -> None:
+    b.turn, b.trained = index, False
+    b.special(mk.TURN_OPEN)
+    b.text("assistant\n")
+    # What the model produces starts here: the reasoning span, content, calls and <|im_end|>.
+    b.trained = True
+    if keep_reasoning:
+        # Template: '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
+        b.special(mk.THINK_OPEN)
+        b.text("\n")
+        b.text((turn.reasoning or "").strip(), "reasoning_content")
+        b.text("\n")
+        b.special(mk.THINK_CLOSE)
+        b.text("\n\n")
+    content_start = len(b.segments)
+    _content_segments(b, turn, index, counter, add_vision_id)
+    if open_end:
+        return
+    has_content = len(b.segments) > content_start
+    for j, call in enumerate(turn.tool_calls):
+        # Template: '\n\n' before the first call only when the trimmed content is non-empty,
+        # '\n' before every later one.
+        if j:
+            b.text("\n")
+        elif has_content:
+            b.text("\n\n")
+        _tool_call_segments(b, call, f"tool_calls[{j}]")
+    b.special(mk.TURN_CLOSE)
+    b.trained = False
+    b.text("\n")
+
+
+def _user_segments(
+    b: _Builder,
+    turn: Turn,
+    index: int,
+    counter: _VisionCounter | None,
+    add_vision_id: bool,
+    open_end: bool = False,
+) -> None:
+    b.turn, b.trained = index, False
+    b.special(mk.TURN_OPEN)
+    b.text("user\n")
+    _content_segments(b, turn, index, counter, add_vision_id)
+    if not open_end:
+        b.special(mk.TURN_CLOSE)
+        b.text("\n")
+
+
+def _tool_segments(
+    b: _Builder,
+    turn: Turn,
+    index: int,
+    counter: _VisionCounter | None,
+    add_vision_id: bool,
+    opens_turn: bool,
+    closes_turn: bool,
+    open_end: bool = False,
+) -> None:
+    # Template lines 160-172: consecutive tool results share one user turn, each in its own
+    # '\n<tool_response>\n' … '\n</tool_response>' span.
+    b.turn, b.trained = index, False
+    if opens_turn:
+        b.special(mk.TURN_OPEN)
+        b.text("user")
+    b.text("\n")
+    b.special(mk.TOOL_RESPONSE_OPEN)
+    b.text("\n")
+    _content_segments(b, turn, index, counter, add_vision_id)
+    if open_end:
+        return
+    b.text("\n")
+    b.special(mk.TOOL_RESPONSE_CLOSE)
+    if closes_turn:
+        b.special(mk.TURN_CLOSE)
+        b.text("\n")
+
+
+def _system_segments(
+    b: _Builder,
+    system: Turn | None,
+    instruction: str,
+    tool_lines: list[str],
+    add_vision_id: bool,
+) -> None:
+    """Template lines 55-91: the system turn is the reasoning instruction, then the tools block,
+    then the caller's system text, each part only when present."""
+    b.turn, b.trained = (-1 if system is None else 0), False
+    content = _Builder()
+    content.turn = b.turn
+    if system is not None:
+        _content_segments(content, system, 0, None, add_vision_id, is_system=True)
+    if not (instruction or tool_lines or content.segments):
+        return
+    b.special(mk.TURN_OPEN)
+    b.text("system\n")
+    if tool_lines:
+        if instruction:
+            b.text(instruction + "\n\n")
+        b.protocol(_TOOLS_HEAD)
+        for i, line in enumerate(tool_lines):
+            b.text("\n")
+            b.text(line, f"tools[{i}]")
+        b.protocol(_TOOLS_TAIL)
+        if content.segments:
+            b.text("\n\n")
+    elif instruction:
+        b.text(instruction + ("\n\n" if content.segments else ""))
+    b.segments.extend(content.segments)
+    b.special(mk.TURN_CLOSE)
+    b.text("\n")
+
+
+def format_turn(
+    turn: Turn | Mapping[str, Any],
+    *,
+    index: int = 0,
+    keep_reasoning: bool = True,
+    add_vision_id: bool = False,
+) -> Prompt:
+    """One turn rendered on its own, as the template renders it inside a conversation.
+
+    A tool result renders as a complete user turn holding one ``<tool_response>`` span. A system
+    turn renders without reasoning instruction or tools. ``index`` is the turn number recorded in
+    the segments; ``keep_reasoning`` whether an assistant turn shows its ``<think>`` span.
+    """
+    (turn,) = turns_from_messages([turn])
+    b = _Builder()
+    counter = _VisionCounter()
+    if turn.role == "system":
+        _system_segments(b, turn, "", [], add_vision_id)
+        if b.segments:
+            b.segments = [_with_turn(s, index) for s in b.segments]
+    elif turn.role == "user":
+        _user_segments(b, turn, index, counter, add_vision_id)
+    elif turn.role == "assistant":
+        _assistant_segments(b, turn, index, keep_reasoning, counter, add_vision_id)
+    else:
+        _tool_segments(b, turn, index, counter, add_vision_id, True, True)
+    return b.prompt()
+
+
+def _with_turn(segment: Segment, index: int) -> Segment:
+    if isinstance(segment, Special):
+        return Special(segment.marker, index, segment.trained)
+    return Text(segment.text, index, segment.trained, segment.field)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole prompts
+
+
+def format_prompt(
+    turns: Iterable[Turn | Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any] | str] | str | None = None,
+    enable_thinking: bool = True,
+    reasoning_effort: ReasoningEffort | str | None = None,
+    preserve_thinking: bool = True,
+    add_generation_prompt: bool = True,
+    add_vision_id: bool = False,
+    continue_final_message: bool = False,
+) -> Prompt:
+    """Render a conversation as the Qwen 3.8 template does, as typed segments.
+
+    ``turns`` are ``Turn`` values or message dicts. ``reasoning_effort=None`` is the template's
+    default (xhigh while thinking); the effort is ignored when ``enable_thinking`` is false.
+    ``continue_final_message`` leaves the final turn open after its content, for the model to
+    continue (then ``add_generation_prompt`` is ignored).
+    """
+    turns = turns_from_messages(turns)
+    for name, flag in (
+        ("enable_thinking", enable_thinking),
+        ("preserve_thinking", preserve_thinking),
+        ("add_generation_prompt", add_generation_prompt),
+        ("add_vision_id", add_vision_id),
+        ("continue_final_message", continue_final_message),
+    ):
+        # The template tests `is true` / `is false`: anything but a real bool would be read as
+        # neither, and silently select a third behaviour.
+        if not isinstance(flag, bool):
+            raise PromptError(f"must be a bool, got {flag!r}", field=name)
+    if not turns:
+        raise PromptError("No messages provided.")
+    effort = ReasoningEffort.parse(
+        ReasoningEffort.XHIGH if reasoning_effort is None else reasoning_effort
+    )
+    instruction = _REASONING_INSTRUCTIONS[effort] if enable_thinking else ""
+    tool_lines = [] if tools is None else _tool_signature_lines(tools)
+
+    last = len(turns) - 1
+    if continue_final_message:
+        _check_continuable(turns[last], last)
+    elif add_generation_prompt and turns[last].role == "assistant":
+        raise PromptError(
+            "the conversation ends on an assistant turn and add_generation_prompt=True would open "
+            "a second one; pass continue_final_message=True to continue it, or "
+            "add_generation_prompt=False to render it closed",
+            message_index=last,
+        )
+
+    b = _Builder()
+    first = turns[0]
+    _system_segments(b, first if first.role == "system" else None, instruction, tool_lines,
+                     add_vision_id)
+    last_query = _last_query_index(turns, add_vision_id, continue_final_message)
+
+    counter = _VisionCounter()
+    for index, turn in enumerate(turns):
+        open_end = continue_final_message and index == last
+        if turn.role == "system":
+            # The main loop renders every message's content before looking at its role.
+            _content_segments(_Builder(), turn, index, counter, add_vision_id)
+            if index:
+                raise PromptError("System message must be at the beginning.", message_index=index)
+        elif turn.role == "user":
+            _user_segments(b, turn, index, counter, add_vision_id, open_end)
+        elif turn.role == "assistant":
+            keep = preserve_thinking or index > last_query
+            _assistant_segments(b, turn, index, keep, counter, add_vision_id, open_end)
+        else:
+            previous = turns[index - 1].role if index else None
+            if previous is None or previous == "system" or previous == "user":
+                raise PromptError(
+                    "a tool result must follow an assistant turn (the template would render it "
+                    "without one)",
+                    message_index=index,
+                )
+            _tool_segments(
+                b, turn, index, counter, add_vision_id,
+                opens_turn=previous != "tool",
+                closes_turn=index == last or turns[index + 1].role != "tool",
+                open_end=open_end,
+            )
+    if continue_final_message:
+        # transformers cuts the render where the final content ends and strips trailing
+        # whitespace (so an empty final content also loses the '\n\n' after </think>).
+        b.rstrip()
+    elif add_generation_prompt:
+        b.turn, b.trained = -1, False
+        b.special(mk.TURN_OPEN)
+        b.text("assistant\n")
+        # The primer leaves the reasoning span open while thinking, and closes an empty one when
+        # thinking is off, so the model answers directly.
+        b.special(mk.THINK_OPEN)
+        if enable_thinking:
+            b.text("\n")
+        else:
+            b.text("\n\n")
+            b.special(mk.THINK_CLOSE)
+            b.text("\n\n")
+    return b.prompt()
+
+
+def _last_query_index(turns: Sequence[Turn], add_vision_id: bool, continuing: bool) -> int:
+    """Template lines 94-106: the last user turn that is a real query, not a tool-response
+    wrapper; thinking of assistant turns after it is always kept."""
+    for index in range(len(turns) - 1, -1, -1):
+        turn = turns[index]
+        if turn.role != "user":
+            continue
+        if continuing and index == len(turns) - 1:
+            # transformers appends its continuation tag to this content before rendering, so the
+            # template sees it ending in the tag: never a tool-response wrapper.
+            return index
+        if not _is_tool_response_wrapper(turn, add_vision_id):
+            return index
+    raise PromptError("No user query found in messages.")
+
+
+def _check_continuable(turn: Turn, index: int) -> None:
+    """What transformers' continue_final_message can cut after: the final content's last text."""
+    if turn.role == "system":
+        raise PromptError("a system message cannot be continued", message_index=index)
+    if turn.content is None:
+        raise PromptError('continue_final_message is set but the final message has no "content" '
+                          "to continue", message_index=index, field="content")
+    if isinstance(turn.content, tuple) and not (
+        turn.content and isinstance(turn.content[-1], TextBlock)
+    ):
+        raise PromptError("continue_final_message needs the final content to end with a text "
+                          "block", message_index=index, field="content")
+    if turn.tool_calls:
+        # transformers would cut them off silently; continuing after a call is not a thing.
+        raise PromptError("a message with tool calls cannot be continued", message_index=index,
+                          field="tool_calls")
