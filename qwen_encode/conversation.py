@@ -17,8 +17,8 @@ from .errors import PromptError
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)
 
-# transformers (chat_template_utils._REASONING_FIELDS) accepts these names for the reasoning text and
-# reads the first one that is not None, in this order.
+# transformers (chat_template_utils._REASONING_FIELDS) accepts these names for the reasoning text
+# and reads the first one that is not None, in this order.
 REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "thinking", "reasoning")
 
 
@@ -93,9 +93,13 @@ class Turn:
             # The template renders these on assistant turns only; on any other turn they would be
             # dropped without a word.
             if self.tool_calls:
-                raise PromptError("only assistant messages can carry tool calls", field="tool_calls")
+                raise PromptError(
+                    "only assistant messages can carry tool calls", field="tool_calls"
+                )
             if self.reasoning is not None:
-                raise PromptError("only assistant messages can carry reasoning", field="reasoning_content")
+                raise PromptError(
+                    "only assistant messages can carry reasoning", field="reasoning_content"
+                )
         if isinstance(self.tool_calls, list):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if isinstance(self.content, list):
@@ -133,8 +137,8 @@ def turns_from_messages(messages: Iterable[Mapping[str, Any] | Turn]) -> tuple[T
     """Convert OpenAI/HF-style message dicts (or ``Turn`` values, passed through) to turns.
 
     As transformers does, a key whose value is None counts as absent, and the reasoning text may
-    arrive as ``reasoning_content``, ``thinking`` or ``reasoning``. Errors are ``PromptError`` naming
-    the message index and field.
+    arrive as ``reasoning_content``, ``thinking`` or ``reasoning``. Errors are ``PromptError``
+    naming the message index and field.
     """
     if isinstance(messages, (str, bytes, Mapping)):
         raise PromptError("messages must be a list of message objects", field="messages")
@@ -210,7 +214,9 @@ def _block_from_json(position: int, item: Any) -> ContentBlock:
     if "text" in item:
         text = item["text"]
         if not isinstance(text, str):
-            raise PromptError(f"text must be a string, got {type(text).__name__}", field=f"{where}.text")
+            raise PromptError(
+                f"text must be a string, got {type(text).__name__}", field=f"{where}.text"
+            )
         return TextBlock(text)
     raise PromptError("Unexpected item type in content.", field=where)
 
@@ -219,7 +225,9 @@ def _tool_calls_from_json(calls: Any) -> tuple[ToolCall, ...]:
     if calls is None:
         return ()
     if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Sequence):
-        raise PromptError(f"must be a list of tool calls, got {type(calls).__name__}", field="tool_calls")
+        raise PromptError(
+            f"must be a list of tool calls, got {type(calls).__name__}", field="tool_calls"
+        )
     return tuple(_tool_call_from_json(f"tool_calls[{j}]", call) for j, call in enumerate(calls))
 
 

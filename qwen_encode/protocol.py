@@ -2,9 +2,10 @@
 checkpoint's own chat template (``chat_template.jinja``, sha256 c3cf9e34…1041).
 
 Why segments: the template produces one string, and once it is a string nobody can tell the
-``<|im_end|>`` the protocol wrote from the one a user typed. Here every marker the protocol writes is
-a ``Special`` and every piece of text is a ``Text`` that remembers which message and field it came
-from, so the encoder can map delimiters straight to vocabulary IDs and keep caller text as text.
+``<|im_end|>`` the protocol wrote from the one a user typed. Here every marker the protocol writes
+is a ``Special`` and every piece of text is a ``Text`` that remembers which message and field it
+came from, so the encoder can map delimiters straight to vocabulary IDs and keep caller text as
+text.
 ``Prompt.text`` joins the segments and is what ``apply_chat_template(tokenize=False)`` renders.
 
 Comments cite the template line each rule comes from. Evaluation order follows the template too, so
@@ -85,7 +86,7 @@ class Prompt:
 
 
 class _Builder:
-    """Collects segments for the turn being rendered (``turn``/``trained`` apply to what follows)."""
+    """Collects segments; ``turn`` and ``trained`` apply to the segments added next."""
 
     def __init__(self) -> None:
         self.segments: list[Segment] = []
@@ -224,7 +225,9 @@ def _tool_signature_lines(tools: Any) -> list[str]:
             except json.JSONDecodeError as error:
                 raise PromptError(f"not valid JSON: {error}", field=where) from None
         if not isinstance(tool, Mapping):
-            raise PromptError(f"a tool must be a JSON object, got {type(tool).__name__}", field=where)
+            raise PromptError(
+                f"a tool must be a JSON object, got {type(tool).__name__}", field=where
+            )
         lines.append(_tojson(tool, where))
     return lines
 
@@ -305,12 +308,16 @@ def _content_segments(
                 continue
             image = isinstance(block, ImageBlock)
             if not image and not isinstance(block, VideoBlock):
-                raise PromptError("Unexpected item type in content.", message_index=index,
-                                  field=f"content[{j}]")
+                raise PromptError(
+                    "Unexpected item type in content.", message_index=index, field=f"content[{j}]"
+                )
             if is_system:
                 kind = "images" if image else "videos"
-                raise PromptError(f"System message cannot contain {kind}.", message_index=index,
-                                  field=f"content[{j}]")
+                raise PromptError(
+                    f"System message cannot contain {kind}.",
+                    message_index=index,
+                    field=f"content[{j}]",
+                )
             if counter is not None:
                 if image:
                     counter.images += 1
@@ -566,8 +573,9 @@ def format_prompt(
 
     b = _Builder()
     first = turns[0]
-    _system_segments(b, first if first.role == "system" else None, instruction, tool_lines,
-                     add_vision_id)
+    _system_segments(
+        b, first if first.role == "system" else None, instruction, tool_lines, add_vision_id
+    )
     last_query = _last_query_index(turns, add_vision_id, continue_final_message)
 
     counter = _VisionCounter()
@@ -592,7 +600,11 @@ def format_prompt(
                     message_index=index,
                 )
             _tool_segments(
-                b, turn, index, counter, add_vision_id,
+                b,
+                turn,
+                index,
+                counter,
+                add_vision_id,
                 opens_turn=previous != "tool",
                 closes_turn=index == last or turns[index + 1].role != "tool",
                 open_end=open_end,
@@ -638,14 +650,21 @@ def _check_continuable(turn: Turn, index: int) -> None:
     if turn.role == "system":
         raise PromptError("a system message cannot be continued", message_index=index)
     if turn.content is None:
-        raise PromptError('continue_final_message is set but the final message has no "content" '
-                          "to continue", message_index=index, field="content")
+        raise PromptError(
+            'continue_final_message is set but the final message has no "content" to continue',
+            message_index=index,
+            field="content",
+        )
     if isinstance(turn.content, tuple) and not (
         turn.content and isinstance(turn.content[-1], TextBlock)
     ):
-        raise PromptError("continue_final_message needs the final content to end with a text "
-                          "block", message_index=index, field="content")
+        raise PromptError(
+            "continue_final_message needs the final content to end with a text block",
+            message_index=index,
+            field="content",
+        )
     if turn.tool_calls:
         # transformers would cut them off silently; continuing after a call is not a thing.
-        raise PromptError("a message with tool calls cannot be continued", message_index=index,
-                          field="tool_calls")
+        raise PromptError(
+            "a message with tool calls cannot be continued", message_index=index, field="tool_calls"
+        )

@@ -17,10 +17,44 @@ from typing import Any
 from qwen_encode.markers import ALL_ADDED_TOKENS
 
 _WORDS = [
-    "hello", "world", "Paris", "weather", "naïve", "café", "Straße", "数据", "你好世界", "東京",
-    "こんにちは", "안녕하세요", "مرحبا", "שלום", "नमस्ते", "Привет", "γειά", "👍🏽", "🧪", "e\u0301",
-    "a\u0308\u0301", "x²", "½", "1234567", "3.14", "-0", "def", "f(x)", "{\"a\": 1}", "<b>bold</b>",
-    "a&b", "'quoted'", '"dq"', "\\n", "tab\there", "https://example.com/?q=1&r=2", "#", "**",
+    "hello",
+    "world",
+    "Paris",
+    "weather",
+    "naïve",
+    "café",
+    "Straße",
+    "数据",
+    "你好世界",
+    "東京",
+    "こんにちは",
+    "안녕하세요",
+    "مرحبا",
+    "שלום",
+    "नमस्ते",
+    "Привет",
+    "γειά",
+    "👍🏽",
+    "🧪",
+    "e\u0301",
+    "a\u0308\u0301",
+    "x²",
+    "½",
+    "1234567",
+    "3.14",
+    "-0",
+    "def",
+    "f(x)",
+    '{"a": 1}',
+    "<b>bold</b>",
+    "a&b",
+    "'quoted'",
+    '"dq"',
+    "\\n",
+    "tab\there",
+    "https://example.com/?q=1&r=2",
+    "#",
+    "**",
 ]
 _SPACES = [" ", "  ", "\n", "\n\n", "\r\n", "\t", "\u00a0", "\u3000", "\u2009", " \n "]
 
@@ -113,23 +147,29 @@ def _content(rng: random.Random, markers: bool, multimodal: bool) -> Any:
 def _tool_calls(rng: random.Random, tools: list[dict[str, Any]], markers: bool) -> list[Any]:
     calls = []
     for _ in range(rng.randint(1, 3)):
-        name = rng.choice(
-            [t.get("function", t)["name"] for t in tools] or ["untooled_call"]
-        )
+        name = rng.choice([t.get("function", t)["name"] for t in tools] or ["untooled_call"])
         arguments = {
-            rng.choice(["city", "count", "options", "q", "代码"]) + str(k): _json_value(rng, markers)
+            rng.choice(["city", "count", "options", "q", "代码"]) + str(k): _json_value(
+                rng, markers
+            )
             for k in range(rng.randint(0, 4))
         }
         if rng.random() < 0.5:
-            calls.append({"id": f"call_{rng.randrange(10**6)}", "type": "function",
-                          "function": {"name": name, "arguments": arguments}})
+            calls.append(
+                {
+                    "id": f"call_{rng.randrange(10**6)}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
         else:
             calls.append({"name": name, "arguments": arguments})
     return calls
 
 
-def _conversation(rng: random.Random, markers: bool, multimodal: bool,
-                  tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _conversation(
+    rng: random.Random, markers: bool, multimodal: bool, tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if rng.random() < 0.5:
         system_content = _text(rng, markers) if rng.random() < 0.85 else ""
@@ -140,20 +180,30 @@ def _conversation(rng: random.Random, markers: bool, multimodal: bool,
         messages.append({"role": "user", "content": _content(rng, markers, multimodal)})
         # An agentic exchange: calls, their results (often several in a row), more calls.
         for _ in range(rng.choice([0, 0, 1, 2])):
-            assistant: dict[str, Any] = {"role": "assistant",
-                                         "content": _content(rng, markers, False),
-                                         "tool_calls": _tool_calls(rng, tools, markers)}
+            assistant: dict[str, Any] = {
+                "role": "assistant",
+                "content": _content(rng, markers, False),
+                "tool_calls": _tool_calls(rng, tools, markers),
+            }
             if rng.random() < 0.6:
                 assistant["reasoning_content"] = _text(rng, markers)
             messages.append(assistant)
             for _ in range(len(assistant["tool_calls"]) if rng.random() < 0.7 else 1):
-                messages.append({"role": "tool", "tool_call_id": "call_0",
-                                 "content": _content(rng, markers, multimodal)})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": "call_0",
+                        "content": _content(rng, markers, multimodal),
+                    }
+                )
             if rng.random() < 0.15:
                 # A user turn that only wraps a tool response is not a "real query".
-                messages.append({"role": "user",
-                                 "content": f"<tool_response>\n{_text(rng, False, 4)}\n"
-                                            "</tool_response>"})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": f"<tool_response>\n{_text(rng, False, 4)}\n</tool_response>",
+                    }
+                )
         reply: dict[str, Any] = {"role": "assistant", "content": _content(rng, markers, False)}
         roll = rng.random()
         if roll < 0.5:
@@ -167,13 +217,15 @@ def _conversation(rng: random.Random, markers: bool, multimodal: bool,
 def generate(count: int = 640, seed: int = 38, markers: bool = False) -> list[dict[str, Any]]:
     """``count`` cases, deterministic for a given seed."""
     rng = random.Random(seed)
-    options = list(itertools.product(
-        [True, False],                      # enable_thinking
-        [None, "low", "medium", "xhigh"],   # reasoning_effort
-        [True, False],                      # preserve_thinking
-        [True, False],                      # add_generation_prompt
-        [False, True],                      # add_vision_id
-    ))
+    options = list(
+        itertools.product(
+            [True, False],  # enable_thinking
+            [None, "low", "medium", "xhigh"],  # reasoning_effort
+            [True, False],  # preserve_thinking
+            [True, False],  # add_generation_prompt
+            [False, True],  # add_vision_id
+        )
+    )
     cases = []
     for n in range(count):
         thinking, effort, preserve, generation, vision_id = options[n % len(options)]
@@ -191,8 +243,10 @@ def generate(count: int = 640, seed: int = 38, markers: bool = False) -> list[di
             messages.pop()  # end on the user (or tool) turn the model answers
             if messages[-1]["role"] == "system":
                 messages.append({"role": "user", "content": _text(rng, markers)})
-        elif n % 7 == 0 and isinstance(messages[-1].get("content"), str) and not messages[-1].get(
-            "tool_calls"
+        elif (
+            n % 7 == 0
+            and isinstance(messages[-1].get("content"), str)
+            and not messages[-1].get("tool_calls")
         ):
             kwargs["continue_final_message"] = True
         cases.append({"messages": messages, "tools": tools or None, "kwargs": kwargs})

@@ -44,12 +44,8 @@ def test_corpus_is_varied() -> None:
         assert needle in flat, needle
     assert any(c["kwargs"].get("continue_final_message") for c in CASES)
     assert any(not c["kwargs"]["add_generation_prompt"] for c in CASES)
-    assert any(
-        sum(1 for m in c["messages"] if m["role"] == "tool") >= 2 for c in CASES
-    )
-    assert any(
-        len(m.get("tool_calls", [])) >= 2 for c in CASES for m in c["messages"]
-    )
+    assert any(sum(1 for m in c["messages"] if m["role"] == "tool") >= 2 for c in CASES)
+    assert any(len(m.get("tool_calls", [])) >= 2 for c in CASES for m in c["messages"])
     options = {tuple(sorted(c["kwargs"].items())) for c in CASES}
     assert len(options) >= 64
 
@@ -63,53 +59,84 @@ def test_text_matches_oracle(oracle, n: int) -> None:
 
 
 def _system_with_image() -> list[dict[str, Any]]:
-    return [{"role": "system", "content": [{"type": "image", "image": "x"}]},
-            {"role": "user", "content": "hi"}]
+    return [
+        {"role": "system", "content": [{"type": "image", "image": "x"}]},
+        {"role": "user", "content": "hi"},
+    ]
 
 
 ERROR_CASES = [
     ("No messages provided.", [], {}),
-    ("Unexpected reasoning effort high. Supported types are xhigh (default), medium, and low.",
-     [{"role": "user", "content": "hi"}], {"reasoning_effort": "high"}),
+    (
+        "Unexpected reasoning effort high. Supported types are xhigh (default), medium, and low.",
+        [{"role": "user", "content": "hi"}],
+        {"reasoning_effort": "high"},
+    ),
     ("System message cannot contain images.", _system_with_image(), {}),
-    ("System message cannot contain videos.",
-     [{"role": "system", "content": [{"type": "video", "video": "v"}]},
-      {"role": "user", "content": "hi"}], {}),
-    ("Unexpected item type in content.",
-     [{"role": "user", "content": [{"type": "audio", "audio": "a"}]}], {}),
+    (
+        "System message cannot contain videos.",
+        [
+            {"role": "system", "content": [{"type": "video", "video": "v"}]},
+            {"role": "user", "content": "hi"},
+        ],
+        {},
+    ),
+    (
+        "Unexpected item type in content.",
+        [{"role": "user", "content": [{"type": "audio", "audio": "a"}]}],
+        {},
+    ),
     ("Unexpected content type.", [{"role": "user", "content": 5}], {}),
     ("Unexpected content type.", [{"role": "user", "content": {"text": "hi"}}], {}),
-    ("No user query found in messages.",
-     [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}],
-     {"add_generation_prompt": False}),
-    ("No user query found in messages.",
-     [{"role": "user", "content": " <tool_response>\nr\n</tool_response>\n"}], {}),
+    (
+        "No user query found in messages.",
+        [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}],
+        {"add_generation_prompt": False},
+    ),
+    (
+        "No user query found in messages.",
+        [{"role": "user", "content": " <tool_response>\nr\n</tool_response>\n"}],
+        {},
+    ),
     # Both "no user query" and a misplaced system message: the template checks the query first.
-    ("No user query found in messages.",
-     [{"role": "assistant", "content": "a"}, {"role": "system", "content": "s"}], {}),
-    ("System message must be at the beginning.",
-     [{"role": "user", "content": "u"}, {"role": "system", "content": "s"}], {}),
-    ("Unexpected message role.",
-     [{"role": "user", "content": "u"}, {"role": "developer", "content": "d"}], {}),
-    ("Unexpected message role.",
-     [{"role": "user", "content": "u"}, {"content": "no role"}], {}),
+    (
+        "No user query found in messages.",
+        [{"role": "assistant", "content": "a"}, {"role": "system", "content": "s"}],
+        {},
+    ),
+    (
+        "System message must be at the beginning.",
+        [{"role": "user", "content": "u"}, {"role": "system", "content": "s"}],
+        {},
+    ),
+    (
+        "Unexpected message role.",
+        [{"role": "user", "content": "u"}, {"role": "developer", "content": "d"}],
+        {},
+    ),
+    ("Unexpected message role.", [{"role": "user", "content": "u"}, {"content": "no role"}], {}),
 ]
 
 
-@pytest.mark.parametrize(("message", "messages", "kwargs"), ERROR_CASES,
-                         ids=[f"{i}-{c[0][:30]}" for i, c in enumerate(ERROR_CASES)])
+@pytest.mark.parametrize(
+    ("message", "messages", "kwargs"),
+    ERROR_CASES,
+    ids=[f"{i}-{c[0][:30]}" for i, c in enumerate(ERROR_CASES)],
+)
 def test_template_errors_keep_their_message(oracle, message, messages, kwargs) -> None:
     with pytest.raises(Exception) as raised:
         if messages:
-            oracle.apply_chat_template(copy.deepcopy(messages), tokenize=False,
-                                       **{"add_generation_prompt": True, **kwargs})
+            oracle.apply_chat_template(
+                copy.deepcopy(messages), tokenize=False, **{"add_generation_prompt": True, **kwargs}
+            )
         else:
             # apply_chat_template refuses an empty conversation before the template runs; the
             # template's own message comes from rendering it directly.
             from transformers.utils.chat_template_utils import render_jinja_template
 
-            render_jinja_template([[]], chat_template=oracle.chat_template,
-                                  add_generation_prompt=True)
+            render_jinja_template(
+                [[]], chat_template=oracle.chat_template, add_generation_prompt=True
+            )
     assert message in str(raised.value)
     with pytest.raises(qe.PromptError) as ours:
         qe.format_prompt(messages, **kwargs)
