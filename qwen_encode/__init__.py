@@ -2,6 +2,7 @@
 
 from . import markers
 from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
+from .encoder import Encoder, Encoding, MarkersInText
 from .errors import (
     CheckpointError,
     MarkerInTextError,
@@ -27,8 +28,11 @@ from .protocol import (
 
 __all__ = [
     "CheckpointError",
+    "Encoder",
+    "Encoding",
     "ImageBlock",
     "MarkerInTextError",
+    "MarkersInText",
     "ParseError",
     "Prompt",
     "PromptError",

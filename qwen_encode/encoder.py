@@ -1,0 +1,290 @@
+"""Prompt -> input_ids: markers map straight to their vocabulary IDs, text is encoded with the
+vocabulary's own byte-level BPE, and caller text never becomes a control token unless asked to.
+
+Why this equals ``apply_chat_template(tokenize=True)``: tokenizers first splits its input at every
+added token and then normalises, pre-tokenises and BPE-encodes each piece between them on its own.
+Our ``Special`` segments are exactly those split points, and the text between two of them is
+encoded as ONE piece (adjacent ``Text`` segments are joined first: encoding ``<parameter=x>\\n`` and
+``\\nfoo`` apart would miss the ``\\n\\n`` merge the template's string gets).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import numpy as np
+from tokenizers import PreTokenizedString, Tokenizer
+
+from . import markers as mk
+from .checkpoint import resolve_checkpoint
+from .errors import MarkerInTextError
+from .protocol import Prompt, Special, Text, format_prompt
+from .vocabulary import ValidationReport, Vocabulary, load_vocabulary
+
+__all__ = ["Encoder", "Encoding", "MarkersInText"]
+
+MarkersInText: TypeAlias = Literal["literal", "reject", "atomic"]
+_MODES: tuple[str, ...] = ("literal", "reject", "atomic")
+
+
+@dataclass(frozen=True, eq=False)
+class Encoding:
+    """One encoded prompt. All three arrays have one entry per token.
+
+    ``assistant_mask`` marks the tokens a fine-tuning run trains on: each assistant turn's body
+    (reasoning span, content, tool calls) and its closing ``<|im_end|>``; never the
+    ``<|im_start|>assistant\\n`` header nor the generation primer. ``turn_index`` is the index of
+    the message each token renders (-1: protocol text of no message, such as the primer).
+    """
+
+    input_ids: np.ndarray
+    assistant_mask: np.ndarray
+    turn_index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Consecutive ``Text`` segments: encoded as one piece."""
+
+    text: str
+    # (start character, turn, trained) for each segment of the run, in order.
+    parts: tuple[tuple[int, int, bool], ...]
+    literal: bool  # must be encoded without matching added tokens
+
+
+class Encoder:
+    """Encodes ``Prompt`` values with one checkpoint's vocabulary.
+
+    ``markers_in_text`` decides what happens to caller text that spells a control token
+    (``<|im_end|>``, ``<think>``, ``<|fim_prefix|>``, … any added token of the vocabulary):
+    ``"literal"`` (default) encodes it as the ordinary text it is, so it can never forge a turn;
+    ``"reject"`` raises ``MarkerInTextError`` naming the turn, field and marker; ``"atomic"``
+    turns it into the control token, exactly as transformers does.
+    """
+
+    def __init__(self, vocabulary: Vocabulary, *, markers_in_text: MarkersInText = "literal"):
+        if markers_in_text not in _MODES:
+            raise ValueError(f"markers_in_text must be one of {_MODES}, got {markers_in_text!r}")
+        self.vocabulary = vocabulary
+        self.markers_in_text: MarkersInText = markers_in_text
+        self._tokenizer: Tokenizer = vocabulary.tokenizer
+        self._added_ids: Mapping[str, int] = vocabulary.added_tokens
+        # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
+        contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
+        self._added_pattern = re.compile("|".join(re.escape(c) for c in contents))
+        # tokenizers matches a `normalized: true` added token in the NFC-normalised text, where
+        # e.g. U+212A KELVIN SIGN has become "K"; such vocabularies are checked on that text too.
+        self._normalized_match = any(
+            token.normalized for token in self._tokenizer.get_added_tokens_decoder().values()
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        source: str | os.PathLike[str],
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        local_files_only: bool | None = None,
+        markers_in_text: MarkersInText = "literal",
+    ) -> Encoder:
+        """Load a checkpoint's vocabulary (local folder, ``tokenizer.json`` path or hub repo id)
+        and validate it: a vocabulary that does not carry the protocol's markers raises
+        ``VocabularyError`` listing every problem."""
+        files = resolve_checkpoint(
+            source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+        )
+        return cls(load_vocabulary(files), markers_in_text=markers_in_text)
+
+    # -- what callers look up -----------------------------------------------------------------
+
+    @property
+    def report(self) -> ValidationReport:
+        return self.vocabulary.report
+
+    @property
+    def marker_ids(self) -> Mapping[str, int]:
+        """Protocol marker -> its ID in this vocabulary."""
+        return self.vocabulary.marker_ids
+
+    @property
+    def pad_id(self) -> int:
+        # Qwen checkpoints pad with <|endoftext|> (tokenizer_config.json pad_token).
+        return self.vocabulary.marker_ids[mk.END_OF_TEXT]
+
+    def decode(self, ids: Iterable[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
+        return self._tokenizer.decode(
+            [int(i) for i in ids], skip_special_tokens=skip_special_tokens
+        )
+
+    # -- encoding ---------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt) -> Encoding:
+        return self.encode_batch([prompt])[0]
+
+    def encode_messages(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any] | str] | str | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> Encoding:
+        """``format_prompt`` then ``encode``: the IDs ``apply_chat_template(tokenize=True)``
+        gives (in ``"atomic"`` mode, for every conversation; in ``"literal"`` mode, wherever no
+        caller field spells a control token)."""
+        prompt = format_prompt(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs
+        )
+        return self.encode(prompt)
+
+    def encode_batch(self, prompts: Sequence[Prompt]) -> list[Encoding]:
+        """Encode many prompts; all their text goes through the tokenizer's parallel batch API
+        in one call."""
+        layouts = [self._layout(prompt) for prompt in prompts]
+        batch = [item for layout in layouts for item in layout if isinstance(item, _Run)]
+        plain = [run for run in batch if not run.literal]
+        plain_encodings = (
+            self._tokenizer.encode_batch([run.text for run in plain], add_special_tokens=False)
+            if plain
+            else []
+        )
+        encoded: dict[int, Any] = {id(run): e for run, e in zip(plain, plain_encodings, strict=True)}
+        for run in batch:
+            if run.literal:
+                encoded[id(run)] = self._encode_ordinary(run.text)
+        return [self._assemble(layout, encoded) for layout in layouts]
+
+    def pad(
+        self,
+        encodings: Sequence[Encoding],
+        side: Literal["right", "left"] = "right",
+        pad_id: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Stack encodings into 2-D arrays: ``input_ids`` (int32), ``attention_mask`` (int32,
+        1 for real tokens), ``assistant_mask`` (bool) and ``turn_index`` (int32, -1 padding).
+        ``pad_id`` defaults to ``<|endoftext|>``, Qwen's pad token."""
+        if side not in ("right", "left"):
+            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+        pad = self.pad_id if pad_id is None else int(pad_id)
+        rows = len(encodings)
+        width = max((len(e) for e in encodings), default=0)
+        out = {
+            "input_ids": np.full((rows, width), pad, dtype=np.int32),
+            "attention_mask": np.zeros((rows, width), dtype=np.int32),
+            "assistant_mask": np.zeros((rows, width), dtype=bool),
+            "turn_index": np.full((rows, width), -1, dtype=np.int32),
+        }
+        for row, e in enumerate(encodings):
+            n = len(e)
+            where = slice(0, n) if side == "right" else slice(width - n, width)
+            out["input_ids"][row, where] = e.input_ids
+            out["attention_mask"][row, where] = 1
+            out["assistant_mask"][row, where] = e.assistant_mask
+            out["turn_index"][row, where] = e.turn_index
+        return out
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _spelled_marker(self, text: str) -> str | None:
+        """The first added-token string ``text`` spells, if any (as tokenizers would match it)."""
+        found = self._added_pattern.search(text)
+        if found is None and self._normalized_match:
+            found = self._added_pattern.search(unicodedata.normalize("NFC", text))
+        return found.group() if found else None
+
+    def _layout(self, prompt: Prompt) -> list[Special | _Run]:
+        """The prompt as markers and text runs, after applying ``markers_in_text``."""
+        layout: list[Special | _Run] = []
+        items: list[Text] = []
+        for segment in (*prompt.segments, None):
+            if isinstance(segment, Text):
+                items.append(segment)
+                continue
+            if items:
+                layout.append(self._run(items))
+                items = []
+            if isinstance(segment, Special):
+                layout.append(segment)
+        return layout
+
+    def _run(self, segments: list[Text]) -> _Run:
+        parts = []
+        start = 0
+        for segment in segments:
+            parts.append((start, segment.turn, segment.trained))
+            start += len(segment.text)
+        text = "".join(segment.text for segment in segments)
+        literal = False
+        # The whole run is checked, not each segment: a tool name "<think" followed by the
+        # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
+        if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
+            if self.markers_in_text == "reject":
+                raise self._rejection(segments, marker)
+            literal = True
+        return _Run(text, tuple(parts), literal)
+
+    @staticmethod
+    def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
+        # Protocol text never spells a marker (the protocol emits those as Special), so the
+        # caller field to blame is one holding the marker, or else the first one in the run.
+        callers = [s for s in segments if s.field is not None]
+        blamed = next((s for s in callers if marker in s.text), callers[0])
+        turn = blamed.turn if blamed.turn >= 0 else None
+        return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
+
+    def _encode_ordinary(self, text: str) -> Any:
+        """Encode with the vocabulary's normaliser, pre-tokeniser and BPE but no added-token
+        matching: what a copy of the tokenizer without added tokens gives, without keeping that
+        second 248k-token tokenizer in memory. ``encode_special_tokens=True`` is not enough: it
+        leaves non-special added tokens such as ``<think>`` and ``<tool_call>`` matched."""
+        tokenizer = self._tokenizer
+        pieces = PreTokenizedString(text)
+        if tokenizer.normalizer is not None:
+            normalizer = tokenizer.normalizer
+            pieces.normalize(lambda normalized: normalizer.normalize(normalized))
+        if tokenizer.pre_tokenizer is not None:
+            tokenizer.pre_tokenizer.pre_tokenize(pieces)
+        model = tokenizer.model
+        pieces.tokenize(lambda piece: model.tokenize(piece))
+        return pieces.to_encoding()
+
+    def _assemble(self, layout: list[Special | _Run], encoded: Mapping[int, Any]) -> Encoding:
+        ids: list[int] = []
+        turns: list[int] = []
+        trained: list[bool] = []
+        for item in layout:
+            if isinstance(item, Special):
+                ids.append(self._added_ids[item.marker])
+                turns.append(item.turn)
+                trained.append(item.trained)
+                continue
+            encoding = encoded[id(item)]
+            run_ids = encoding.ids
+            ids.extend(run_ids)
+            if len(item.parts) == 1 or len({p[1:] for p in item.parts}) == 1:
+                turns.extend([item.parts[0][1]] * len(run_ids))
+                trained.extend([item.parts[0][2]] * len(run_ids))
+                continue
+            # A run that crosses from one turn or role to another (the `assistant\n` header and the
+            # content after it, when no reasoning span separates them): attribute each token by
+            # where it starts. The template's joins always fall on pre-token boundaries there (a
+            # '\n' followed by trimmed content), so no token straddles two parts.
+            starts = [p[0] for p in item.parts]
+            for begin, _end in encoding.offsets:
+                part = item.parts[bisect.bisect_right(starts, begin) - 1]
+                turns.append(part[1])
+                trained.append(part[2])
+        return Encoding(
+            input_ids=np.asarray(ids, dtype=np.int32),
+            assistant_mask=np.asarray(trained, dtype=bool),
+            turn_index=np.asarray(turns, dtype=np.int32),
+        )
