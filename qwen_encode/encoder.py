@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
+from tokenizers import Encoding as TokenizerEncoding
 from tokenizers import PreTokenizedString, Tokenizer
 
 from . import markers as mk
@@ -157,7 +158,7 @@ class Encoder:
             if plain
             else []
         )
-        encoded: dict[int, Any] = {id(run): e for run, e in zip(plain, plain_encodings, strict=True)}
+        encoded = {id(run): e for run, e in zip(plain, plain_encodings, strict=True)}
         for run in batch:
             if run.literal:
                 encoded[id(run)] = self._encode_ordinary(run.text)
@@ -241,7 +242,7 @@ class Encoder:
         turn = blamed.turn if blamed.turn >= 0 else None
         return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
 
-    def _encode_ordinary(self, text: str) -> Any:
+    def _encode_ordinary(self, text: str) -> TokenizerEncoding:
         """Encode with the vocabulary's normaliser, pre-tokeniser and BPE but no added-token
         matching: what a copy of the tokenizer without added tokens gives, without keeping that
         second 248k-token tokenizer in memory. ``encode_special_tokens=True`` is not enough: it
@@ -257,7 +258,9 @@ class Encoder:
         pieces.tokenize(lambda piece: model.tokenize(piece))
         return pieces.to_encoding()
 
-    def _assemble(self, layout: list[Special | _Run], encoded: Mapping[int, Any]) -> Encoding:
+    def _assemble(
+        self, layout: list[Special | _Run], encoded: Mapping[int, TokenizerEncoding]
+    ) -> Encoding:
         ids: list[int] = []
         turns: list[int] = []
         trained: list[bool] = []
