@@ -777,7 +777,9 @@ class _IdSplitter:
     def __init__(self, encoder: MarkerEncoder) -> None:
         self.decode = encoder.decode
         self.markers: dict[int, tuple[bool, str]] = {
-            int(i): (marker in _STRUCTURAL, marker) for marker, i in encoder.marker_ids.items()
+            int(i): (marker in _STRUCTURAL, marker)
+            for marker, i in encoder.marker_ids.items()
+            if i is not None  # a vocabulary without that marker (token_to_id gave None)
         }
         self.pending: list[int] = []
 
@@ -863,12 +865,18 @@ def parse_tool_call(
     response: str | Sequence[int],
     *,
     tools: Any = None,
+    thinking: bool = False,
     encoder: MarkerEncoder | None = None,
 ) -> ToolCall | None:
-    """The first complete call in ``response`` (read as an answer, not inside reasoning), or
-    None. Spans after it are not looked at; a malformed span before it raises ``ParseError``."""
+    """The first complete call in ``response``, or None (no call, or only an unterminated one).
+
+    ``response`` is read as ``parse_completion`` reads it, by default as an answer
+    (``thinking=False``: only a leading ``<think>`` opens reasoning, whose markup is never a
+    call). Spans after the first call are not looked at; a malformed span before it raises
+    ``ParseError``.
+    """
     try:
-        completion = _run(response, tools, False, encoder, stop_at_first_call=True).completion()
+        completion = _run(response, tools, thinking, encoder, stop_at_first_call=True).completion()
     except _FirstCall as first:
         return first.args[0]
     return completion.tool_calls[0] if completion.tool_calls else None

@@ -12,12 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from qwen_encode import markers as mk
@@ -1133,6 +1134,11 @@ class TestParseToolCall:
     def test_token_ids(self) -> None:
         assert parse_tool_call(BYTES.encode("a " + DALLAS), encoder=BYTES) == DALLAS_CALL
 
+    def test_thinking_output(self) -> None:
+        draft = "draft " + span("rm", ("path", "/")) + "\n</think>\n\n"
+        assert parse_tool_call(draft + DALLAS, thinking=True) == DALLAS_CALL
+        assert parse_tool_call(draft, thinking=True) is None
+
 
 # ============================================================================================
 # Round trip: render an assistant turn with the protocol layer, parse the body back
@@ -1258,6 +1264,24 @@ def _turns(draw: Callable[..., Any], markers: bool, with_schema: bool) -> tuple[
     return turn, (tools if with_schema else [])
 
 
+def _nfc(turn: Turn) -> bool:
+    texts = [turn.content or "", turn.reasoning or ""]
+    for call in turn.tool_calls:
+        texts += [call.name, *call.arguments, json.dumps(call.arguments, ensure_ascii=False)]
+    return all(unicodedata.normalize("NFC", t) == t for t in texts)
+
+
+@pytest.fixture(scope="module")
+def qwen_encoder_ids() -> Any:
+    """The library's Encoder for the real checkpoint (it has ``marker_ids`` and ``decode``)."""
+    if not TOKENIZER.exists():
+        pytest.skip(
+            f"{TOKENIZER} is absent: the real checkpoint lives in ../shared beside the repo"
+        )
+    encoder_module = pytest.importorskip("qwen_encode.encoder", reason="qwen_encode.encoder absent")
+    return encoder_module.Encoder.from_pretrained(TOKENIZER.parent, engine="tokenizers")
+
+
 def _body_text(turn: Turn) -> str:
     text = _protocol().format_turn(turn).text
     head, tail = mk.TURN_OPEN + "assistant\n", mk.TURN_CLOSE + "\n"
@@ -1311,6 +1335,22 @@ class TestRoundTrip:
         ids = _body_ids(turn)
         assert parse_completion(ids, tools=tools, thinking=False, encoder=BYTES).to_turn() == turn
         final, events = stream(cut(ids, points), tools=tools, thinking=False, encoder=BYTES)
+        assert final.to_turn() == turn
+        check_events(final, events)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=_turns(markers=True, with_schema=True))
+    def test_real_encoder_ids(self, qwen_encoder_ids: Any, case: tuple[Turn, list[Any]]) -> None:
+        """Through the library's own Encoder (literal mode: caller text spelling a marker is
+        encoded as ordinary tokens) and back, one token at a time."""
+        turn, tools = case
+        assume(_nfc(turn))  # the tokenizer normalises text to NFC before encoding it
+        encoder = qwen_encoder_ids
+        ids = encoder.encode(_protocol().format_turn(turn)).input_ids.tolist()
+        body = ids[ids.index(encoder.marker_ids[mk.THINK_OPEN]) : len(ids) - 2]
+        assert ids[len(ids) - 2] == encoder.marker_ids[mk.TURN_CLOSE]
+        assert parse_completion(body, tools, thinking=False, encoder=encoder).to_turn() == turn
+        final, events = stream([[i] for i in body], tools=tools, thinking=False, encoder=encoder)
         assert final.to_turn() == turn
         check_events(final, events)
 
