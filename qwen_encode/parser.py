@@ -946,7 +946,9 @@ class StreamParser:
         return events
 
     def finish(self) -> Completion:
-        """End of input (flushing if needed); the same ``Completion`` as ``parse_completion``."""
+        """End of input; the same ``Completion`` as ``parse_completion``. It flushes if you did
+        not, but then the flushed events are only in the result: call ``flush()`` first when
+        you forward events."""
         self.flush()
         return self._machine.completion()
 
