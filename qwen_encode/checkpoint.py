@@ -1,0 +1,224 @@
+"""Finding a checkpoint's tokenizer files: a local folder, a ``tokenizer.json`` path or a hub id.
+
+This layer only locates files; reading and validating them is ``vocabulary``'s job. It never falls
+back to another source: a path that does not exist is an error naming that path, not a hub lookup,
+and a hub id that cannot be resolved is an error naming the repo, the revision and the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from .errors import CheckpointError
+
+TOKENIZER_JSON: Final = "tokenizer.json"
+TOKENIZER_CONFIG: Final = "tokenizer_config.json"
+CHAT_TEMPLATE: Final = "chat_template.jinja"
+MODEL_CONFIG: Final = "config.json"
+GENERATION_CONFIG: Final = "generation_config.json"
+
+#: The only files fetched from the hub: all the encoder and its validation read, never weights.
+TOKENIZER_FILES: Final[tuple[str, ...]] = (
+    TOKENIZER_JSON,
+    TOKENIZER_CONFIG,
+    CHAT_TEMPLATE,
+    MODEL_CONFIG,
+    GENERATION_CONFIG,
+)
+
+# "org/name" as the hub spells repo ids. Anything else that does not exist on disk is a missing
+# path: guessing that "./x" or "/abs/x" meant a hub repo would hide a typo behind a network lookup.
+_REPO_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+# huggingface_hub's own truthy spellings (constants.ENV_VARS_TRUE_VALUES).
+_TRUE = frozenset({"1", "ON", "YES", "TRUE"})
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """Where one checkpoint's tokenizer files are. Only ``tokenizer_json`` is required to exist."""
+
+    source: str
+    tokenizer_json: Path
+    tokenizer_config: Path | None
+    chat_template: Path | None
+    config: Path | None
+    generation_config: Path | None
+
+    @classmethod
+    def in_folder(cls, source: str, folder: Path, tokenizer_json: Path) -> CheckpointFiles:
+        """The files beside ``tokenizer_json`` in ``folder``; optional ones are None if absent."""
+
+        def optional(name: str) -> Path | None:
+            path = folder / name
+            return path if path.is_file() else None
+
+        return cls(
+            source=source,
+            tokenizer_json=tokenizer_json,
+            tokenizer_config=optional(TOKENIZER_CONFIG),
+            chat_template=optional(CHAT_TEMPLATE),
+            config=optional(MODEL_CONFIG),
+            generation_config=optional(GENERATION_CONFIG),
+        )
+
+
+def resolve_checkpoint(
+    source: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    local_files_only: bool | None = None,
+) -> CheckpointFiles:
+    """Locate the tokenizer files of ``source``.
+
+    ``source`` is a local folder holding ``tokenizer.json``, a path to a ``tokenizer.json`` (its
+    sibling files are used), or a hub repo id (``org/name``) resolved with
+    ``huggingface_hub.snapshot_download`` restricted to ``TOKENIZER_FILES``. ``revision``,
+    ``cache_dir`` and ``local_files_only`` apply to hub ids only. ``HF_HUB_OFFLINE``,
+    ``HF_HUB_CACHE`` and ``HF_HOME`` are read when this is called, not when huggingface_hub was
+    imported; ``HF_HUB_OFFLINE`` wins over ``local_files_only=False``, and offline the files come
+    from the cache only (``refs/<revision>`` -> ``snapshots/<commit>/``). Raises
+    ``CheckpointError`` naming the path or repo when nothing usable is found.
+    """
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.exists():
+        if revision is not None:
+            # A local folder has no revisions; ignoring the argument would hand back other files
+            # than the ones asked for.
+            raise CheckpointError(
+                f"{path}: revision={revision!r} applies to hub repo ids, but this is a local path"
+            )
+        return _resolve_local(text, path)
+    if isinstance(source, str) and _REPO_ID.fullmatch(source):
+        return _resolve_hub(
+            source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+        )
+    raise CheckpointError(
+        f"{path}: no such file or folder (and not a hub repo id of the form 'org/name')"
+    )
+
+
+def _resolve_local(source: str, path: Path) -> CheckpointFiles:
+    if path.is_dir():
+        tokenizer_json = path / TOKENIZER_JSON
+        if not tokenizer_json.is_file():
+            present = sorted(p.name for p in path.iterdir())[:10]
+            raise CheckpointError(
+                f"{tokenizer_json}: missing; a checkpoint folder must hold {TOKENIZER_JSON} "
+                f"(found: {', '.join(present) or 'nothing'})"
+            )
+        return CheckpointFiles.in_folder(source, path, tokenizer_json)
+    if path.is_file():
+        return CheckpointFiles.in_folder(source, path.parent, path)
+    raise CheckpointError(f"{path}: neither a folder nor a file")
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").upper() in _TRUE
+
+
+def _env_hub_cache() -> Path | None:
+    """The hub cache the environment names now, or None to let huggingface_hub use its default.
+
+    huggingface_hub reads HF_HUB_CACHE / HF_HOME once, at import (``constants``), so a variable set
+    afterwards (by a test's monkeypatch, or a notebook cell) would be ignored unless passed
+    explicitly as ``cache_dir``. Same precedence as the library.
+    """
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        value = os.environ.get(name)
+        if value:
+            return Path(os.path.expandvars(value)).expanduser()
+    home = os.environ.get("HF_HOME")
+    if home:
+        return Path(os.path.expandvars(home)).expanduser() / "hub"
+    return None
+
+
+def _resolve_hub(
+    repo_id: str,
+    *,
+    revision: str | None,
+    cache_dir: str | os.PathLike[str] | None,
+    local_files_only: bool | None,
+) -> CheckpointFiles:
+    # Imported here: it costs ~0.3 s and local checkpoints never need it.
+    import huggingface_hub
+    from huggingface_hub.utils import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    # Like HF_HUB_CACHE, HF_HUB_OFFLINE is frozen into huggingface_hub.constants at import; read the
+    # environment too so that offline mode set later is honoured instead of going to the network.
+    offline_env = (
+        _env_true("HF_HUB_OFFLINE")
+        or _env_true("TRANSFORMERS_OFFLINE")
+        or bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+    )
+    offline = offline_env or bool(local_files_only)
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else _env_hub_cache()
+    shown_cache = cache if cache is not None else Path(huggingface_hub.constants.HF_HUB_CACHE)
+    where = f"{repo_id} (revision {revision or 'main'})"
+    try:
+        folder = huggingface_hub.snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=cache,
+            local_files_only=offline,
+            allow_patterns=list(TOKENIZER_FILES),
+        )
+    except LocalEntryNotFoundError as error:
+        if offline:
+            why = "HF_HUB_OFFLINE is set" if offline_env else "local_files_only=True"
+            raise CheckpointError(
+                f"{where}: {why} and the tokenizer files are not in the cache at {shown_cache}; "
+                f"download them once with network access (hf download {repo_id} "
+                f"{' '.join(TOKENIZER_FILES)}), or pass a local folder ({error})"
+            ) from error
+        raise CheckpointError(
+            f"{where}: the hub could not be reached and the tokenizer files are not in the cache "
+            f"at {shown_cache}; check the network, or pass a local folder ({error})"
+        ) from error
+    except RevisionNotFoundError as error:
+        raise CheckpointError(
+            f"{where}: no such revision on the hub; pass an existing branch, tag or commit hash"
+        ) from error
+    except GatedRepoError as error:
+        raise CheckpointError(
+            f"{where}: gated repository; accept its terms on huggingface.co and log in "
+            "(hf auth login, or set HF_TOKEN)"
+        ) from error
+    except RepositoryNotFoundError as error:
+        raise CheckpointError(
+            f"{where}: repository not found on the hub (or private: log in with hf auth login, "
+            "or set HF_TOKEN)"
+        ) from error
+    except HFValidationError as error:
+        raise CheckpointError(
+            f"{repo_id!r}: no such local path, and not a valid hub repo id ({error})"
+        ) from error
+    except (HfHubHTTPError, OSError) as error:
+        raise CheckpointError(
+            f"{where}: could not fetch the tokenizer files into {shown_cache}: {error}"
+        ) from error
+
+    snapshot = Path(folder)
+    tokenizer_json = snapshot / TOKENIZER_JSON
+    # Offline, snapshot_download returns the cached snapshot folder without checking its content,
+    # and a dangling blob symlink exists() as False: check the one file we cannot do without.
+    if not tokenizer_json.is_file():
+        raise CheckpointError(
+            f"{where}: {tokenizer_json} is missing from the snapshot; the repo has no "
+            f"{TOKENIZER_JSON}, or the cache at {shown_cache} is incomplete"
+        )
+    return CheckpointFiles.in_folder(repo_id, snapshot, tokenizer_json)

@@ -1,0 +1,672 @@
+"""Loading a checkpoint's vocabulary and checking that it carries the Qwen 3.8 protocol.
+
+``load_vocabulary`` parses ``tokenizer.json`` once, with ``tokenizers``, and refuses a vocabulary
+whose protocol markers are not each one atomic added token (``VocabularyError``, listing every
+problem). ``validate_checkpoint`` runs the same checks plus the checkpoint-level ones (chat
+template, stop tokens, embedding size) and returns a ``ValidationReport`` instead of raising.
+
+What the report's two verdicts mean:
+
+* ``vocabulary_ok``: every added token loads at the ID ``tokenizer.json`` declares, and every marker
+  of ``PROTOCOL_MARKERS`` is an added token with exactly one ID, ``normalized``/``lstrip``/
+  ``rstrip``/``single_word`` all false, encodes atomically to that ID, and ``tokenizer_config.json``
+  (when present) agrees on it. This is what loading requires; the Qwen3 vocabulary passes it.
+* ``ok``: no problem at all, i.e. ``vocabulary_ok`` and the chat template is the official Qwen 3.8
+  one and ``generation_config.json`` stops on ``<|im_end|>`` and ``config.json``'s embedding covers
+  every token ID. A check that cannot be made because its file is absent is a problem too: ``ok``
+  certifies a checkpoint, and a folder holding only ``tokenizer.json`` cannot be certified.
+
+Files that cannot be read at all (missing ``tokenizer.json``, invalid JSON in any file, a vocabulary
+``tokenizers`` cannot load or that is not BPE) raise ``CheckpointError`` naming the path, from
+``validate_checkpoint`` as from loading: there is no vocabulary to report on.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypeAlias
+
+import tokenizers
+from tokenizers.models import BPE
+
+from .checkpoint import CheckpointFiles, resolve_checkpoint
+from .errors import CheckpointError, VocabularyError
+from .markers import PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
+
+#: sha256 of the official Qwen 3.8 chat template: ``chat_template.jinja`` of Qwen/Qwen3.8-27B at
+#: revision 1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0 (the same text is the ``chat_template`` field
+#: of that revision's ``tokenizer_config.json``). Any other template renders another protocol.
+QWEN38_TEMPLATE_SHA256: Final = "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041"
+
+TemplateKind: TypeAlias = Literal["qwen3.8", "other", "absent"]
+
+# The added-token flags that change how a marker is matched in text; each must be false, or the
+# marker would match inside normalised text or swallow neighbouring spaces/words.
+_MATCH_FLAGS: Final = ("normalized", "lstrip", "rstrip", "single_word")
+_ALL_FLAGS: Final = ("special", *_MATCH_FLAGS)
+
+# How much of tokenizer.json's head may be read to find its declared ``added_tokens`` (they precede
+# the multi-megabyte ``model`` in every file tokenizers writes; 33 tokens take 6 KB).
+_HEAD_FIRST_READ: Final = 1 << 16
+_HEAD_LIMIT: Final = 8 << 20
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+@dataclass(frozen=True)
+class MarkerEntry:
+    """One row of the marker table: the ID the loaded vocabulary gives ``marker`` (None if it is
+    not a token), its ``special`` flag (None if it is not an added token), and whether the marker's
+    text encodes to exactly that one ID."""
+
+    marker: str
+    id: int | None
+    special: bool | None
+    atomic: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "marker": self.marker,
+            "id": self.id,
+            "special": self.special,
+            "atomic": self.atomic,
+        }
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What ``validate_checkpoint`` found; see the module docstring for ``ok``/``vocabulary_ok``.
+
+    Every entry of ``problems`` names the marker or file, what was expected and what was found;
+    ``vocabulary_problems`` is the part of them about the vocabulary's added tokens.
+    """
+
+    source: str
+    problems: tuple[str, ...]
+    vocabulary_problems: tuple[str, ...]
+    markers: tuple[MarkerEntry, ...]
+    vocab_size: int
+    max_token_id: int
+    normalizer: str
+    pre_tokenizer: str
+    stop_token_ids: tuple[int, ...] | None
+    bos: str
+    embedding_size: int | None
+    template: TemplateKind
+    template_sha256: str | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def vocabulary_ok(self) -> bool:
+        return not self.vocabulary_problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form (lists for tuples), for ``qwen-encode validate --json``."""
+        return {
+            "source": self.source,
+            "ok": self.ok,
+            "vocabulary_ok": self.vocabulary_ok,
+            "problems": list(self.problems),
+            "vocabulary_problems": list(self.vocabulary_problems),
+            "markers": [entry.to_dict() for entry in self.markers],
+            "vocab_size": self.vocab_size,
+            "max_token_id": self.max_token_id,
+            "normalizer": self.normalizer,
+            "pre_tokenizer": self.pre_tokenizer,
+            "stop_token_ids": None if self.stop_token_ids is None else list(self.stop_token_ids),
+            "bos": self.bos,
+            "embedding_size": self.embedding_size,
+            "template": self.template,
+            "template_sha256": self.template_sha256,
+        }
+
+
+# eq=False: comparing two Tokenizer objects field by field means nothing; identity does.
+@dataclass(frozen=True, eq=False)
+class Vocabulary:
+    """A loaded vocabulary that passed the marker checks.
+
+    ``marker_ids`` maps every ``PROTOCOL_MARKERS`` entry to its ID; ``added_tokens`` maps every
+    added token of this vocabulary (not only the protocol's) to its ID, for ``markers_in_text``.
+    """
+
+    tokenizer: tokenizers.Tokenizer
+    marker_ids: Mapping[str, int]
+    added_tokens: Mapping[str, int]
+    report: ValidationReport
+
+
+def load_vocabulary(files: CheckpointFiles) -> Vocabulary:
+    """Load ``files.tokenizer_json`` once and check its markers.
+
+    Raises ``VocabularyError`` (every marker problem) when ``report.vocabulary_ok`` is false, and
+    ``CheckpointError`` naming the path when a file cannot be read, is not JSON, or is not a BPE
+    vocabulary. Template, stop-token and embedding problems do not prevent loading; they are in
+    ``report.problems``.
+    """
+    tokenizer, report = _inspect(files)
+    if not report.vocabulary_ok:
+        raise VocabularyError(str(files.tokenizer_json), report.vocabulary_problems)
+    added = {token.content: tokenizer.token_to_id(token.content) for token in _added(tokenizer)}
+    marker_ids = {marker: added[marker] for marker in PROTOCOL_MARKERS}
+    return Vocabulary(
+        tokenizer=tokenizer,
+        marker_ids=MappingProxyType(marker_ids),
+        added_tokens=MappingProxyType(added),
+        report=report,
+    )
+
+
+def validate_checkpoint(
+    source: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    local_files_only: bool | None = None,
+) -> ValidationReport:
+    """Check ``source`` (as ``resolve_checkpoint`` takes it) without raising for what is wrong
+    with it: vocabulary, template, stop-token and embedding problems all land in the report.
+    ``CheckpointError`` still propagates when the files cannot be found or read at all."""
+    files = resolve_checkpoint(
+        source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+    )
+    return _inspect(files)[1]
+
+
+# --- reading files ------------------------------------------------------------------------------
+
+
+def _load_tokenizer(path: Path) -> tokenizers.Tokenizer:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; a checkpoint needs tokenizer.json")
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for every kind of failure
+        raise CheckpointError(_why_unloadable(path, error)) from error
+    model = tokenizer.model
+    if not isinstance(model, BPE):
+        raise CheckpointError(
+            f"{path}: expected a byte-level BPE vocabulary (every Qwen tokenizer.json is one), "
+            f"found a {type(model).__name__} model"
+        )
+    return tokenizer
+
+
+def _why_unloadable(path: Path, error: Exception) -> str:
+    """Explain a tokenizers load failure. Runs only after it failed, so parsing here costs nothing
+    on the normal path and tells "not JSON" apart from "JSON, but not a tokenizer"."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            json.load(handle)
+    except OSError as os_error:
+        return f"{path}: cannot be read ({os_error.strerror or os_error})"
+    except UnicodeDecodeError as decode_error:
+        return f"{path}: not UTF-8 text, so not a tokenizer.json ({decode_error})"
+    except json.JSONDecodeError as json_error:
+        return f"{path}: invalid JSON ({json_error})"
+    return f"{path}: valid JSON but not a tokenizer.json that tokenizers can load ({error})"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            value = json.load(handle)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
+    except UnicodeDecodeError as error:
+        raise CheckpointError(f"{path}: not UTF-8 text ({error})") from error
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path}: invalid JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
+
+
+_NEED_MORE: Final = object()
+
+
+def _declared_added_tokens(path: Path) -> list[Any] | None:
+    """``added_tokens`` exactly as ``tokenizer.json`` declares them, or None if not found cheaply.
+
+    Needed because tokenizers renumbers silently: it numbers added tokens in file order after the
+    base vocabulary whatever IDs the file declares (only a Rust log warning says so), so one
+    removed or repeated entry shifts every later ID. Only the head of the file is read, up to the
+    ``model`` entry, so the vocabulary is not parsed a second time.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    text = ""
+    read = 0
+    size = _HEAD_FIRST_READ
+    with path.open("rb") as handle:
+        while True:
+            chunk = handle.read(size - read)
+            read += len(chunk)
+            text += decoder.decode(chunk)
+            found = _scan_added_tokens(text)
+            if found is not _NEED_MORE:
+                return found  # type: ignore[return-value]
+            if read < size or size >= _HEAD_LIMIT:
+                return None  # end of file, or added_tokens is not near the head
+            size *= 4
+
+
+def _scan_added_tokens(text: str) -> list[Any] | object | None:
+    """Walk the top-level object of a (possibly truncated) JSON text up to ``added_tokens``."""
+    parse = json.JSONDecoder().raw_decode
+    i = _WS.match(text).end()
+    if text[i : i + 1] != "{":
+        return None if i < len(text) else _NEED_MORE
+    i += 1
+    while True:
+        i = _WS.match(text, i).end()
+        if i >= len(text):
+            return _NEED_MORE
+        if text[i] == "}":
+            return None
+        try:
+            key, i = parse(text, i)
+        except json.JSONDecodeError:
+            return _NEED_MORE
+        i = _WS.match(text, i).end()
+        if i >= len(text):
+            return _NEED_MORE
+        if text[i] != ":" or key == "model":
+            return None  # malformed, or the huge model comes first: not worth parsing it
+        i = _WS.match(text, i + 1).end()
+        try:
+            value, i = parse(text, i)
+        except json.JSONDecodeError:
+            return _NEED_MORE
+        if key == "added_tokens":
+            return value if isinstance(value, list) else None
+        i = _WS.match(text, i).end()
+        if i >= len(text):
+            return _NEED_MORE
+        if text[i] == ",":
+            i += 1
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+def _added(tokenizer: tokenizers.Tokenizer) -> list[tokenizers.AddedToken]:
+    return list(tokenizer.get_added_tokens_decoder().values())
+
+
+def _flag(value: object) -> str:
+    return json.dumps(value)
+
+
+def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationReport]:
+    path = files.tokenizer_json
+    tokenizer = _load_tokenizer(path)
+    declared = _declared_added_tokens(path)
+    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    loaded = tokenizer.get_added_tokens_decoder()
+
+    markers, vocabulary_problems = _check_markers(tokenizer, declared, loaded)
+    if config is not None:
+        vocabulary_problems += _check_config_agrees(config, declared, loaded)
+    vocabulary_problems += _check_declared_ids(declared, tokenizer)
+
+    max_id = _max_token_id(tokenizer, loaded)
+    im_end = tokenizer.token_to_id(TURN_CLOSE)
+    template, sha, template_problems = _check_template(files, config)
+    stop, stop_problems = _check_stop_tokens(files, im_end, tokenizer)
+    embedding, embedding_problems = _check_embedding(files, max_id)
+
+    report = ValidationReport(
+        source=files.source,
+        problems=(*vocabulary_problems, *template_problems, *stop_problems, *embedding_problems),
+        vocabulary_problems=tuple(vocabulary_problems),
+        markers=tuple(markers),
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        max_token_id=max_id,
+        normalizer=_summary(tokenizer.normalizer),
+        pre_tokenizer=_summary(tokenizer.pre_tokenizer),
+        stop_token_ids=stop,
+        bos=_bos_policy(tokenizer, config),
+        embedding_size=embedding,
+        template=template,
+        template_sha256=sha,
+    )
+    return tokenizer, report
+
+
+def _declared_entries(declared: list[Any] | None) -> dict[str, list[dict[str, Any]]]:
+    by_content: dict[str, list[dict[str, Any]]] = {}
+    for entry in declared or ():
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+            by_content.setdefault(entry["content"], []).append(entry)
+    return by_content
+
+
+def _check_declared_ids(declared: list[Any] | None, tokenizer: tokenizers.Tokenizer) -> list[str]:
+    """Every added token (marker or not) must load at the one ID tokenizer.json declares: the
+    model's embedding rows follow the declared IDs, tokenizers' renumbering would not."""
+    problems = []
+    for content, entries in _declared_entries(declared).items():
+        ids = [entry.get("id") for entry in entries]
+        if len(entries) > 1:
+            problems.append(
+                f"{content!r}: expected exactly one ID in tokenizer.json added_tokens, "
+                f"found IDs {ids}"
+            )
+            continue
+        loaded_id = tokenizer.token_to_id(content)
+        if loaded_id != ids[0]:
+            problems.append(
+                f"{content!r}: expected ID {ids[0]} as declared in tokenizer.json, found ID "
+                f"{loaded_id} once loaded (tokenizers ignores declared IDs: it numbers added "
+                "tokens in file order after the base vocabulary)"
+            )
+    return problems
+
+
+def _check_markers(
+    tokenizer: tokenizers.Tokenizer,
+    declared: list[Any] | None,
+    loaded: Mapping[int, tokenizers.AddedToken],
+) -> tuple[list[MarkerEntry], list[str]]:
+    declared_by_content = _declared_entries(declared)
+    loaded_by_content: dict[str, tuple[int, tokenizers.AddedToken]] = {
+        token.content: (token_id, token) for token_id, token in loaded.items()
+    }
+    entries: list[MarkerEntry] = []
+    problems: list[str] = []
+    for marker in PROTOCOL_MARKERS:
+        ids = tokenizer.encode(marker, add_special_tokens=False).ids
+        token_id = tokenizer.token_to_id(marker)
+        if marker not in loaded_by_content:
+            # Either absent, or only a base-vocabulary entry: BPE never merges across the
+            # pre-tokenizer's splits of "<|...|>", so the marker text breaks into pieces.
+            base = tokenizer.model.token_to_id(marker)
+            found = "none" if base is None else f"only a base-vocabulary entry, ID {base}"
+            problems.append(
+                f"{marker!r}: expected an added token in tokenizer.json, found {found} "
+                f"(the text encodes as {len(ids)} tokens {ids})"
+            )
+            entries.append(MarkerEntry(marker, token_id, None, atomic=ids == [token_id]))
+            continue
+        loaded_id, token = loaded_by_content[marker]
+        base = tokenizer.model.token_to_id(marker)
+        if base is not None and base != loaded_id:
+            problems.append(
+                f"{marker!r}: expected exactly one ID, found added-token ID {loaded_id} and "
+                f"base-vocabulary ID {base}"
+            )
+        # Flags as written in the file when it could be read (tokenizers keeps them as given).
+        flags = declared_by_content.get(marker, [{}])[0]
+        for flag in _MATCH_FLAGS:
+            value = flags.get(flag, getattr(token, flag))
+            if value is not False:
+                problems.append(
+                    f"{marker!r}: expected {flag}=false in tokenizer.json, found "
+                    f"{flag}={_flag(value)}"
+                )
+        atomic = ids == [loaded_id]
+        if not atomic:
+            problems.append(
+                f"{marker!r}: expected to encode as the single token [{loaded_id}], found {ids}"
+            )
+        entries.append(MarkerEntry(marker, loaded_id, token.special, atomic))
+    return entries, problems
+
+
+def _check_config_agrees(
+    config: Mapping[str, Any],
+    declared: list[Any] | None,
+    loaded: Mapping[int, tokenizers.AddedToken],
+) -> list[str]:
+    """tokenizer_config.json's added_tokens_decoder must describe each marker as tokenizer.json
+    does: transformers builds its special-token handling from it, so a disagreement splits the
+    truth."""
+    decoder = config.get("added_tokens_decoder")
+    if decoder is None:
+        return []  # older configs carry no decoder: nothing to disagree with
+    where = "tokenizer_config.json added_tokens_decoder"
+    if not isinstance(decoder, dict):
+        return [f"{where}: expected an object of ID -> token, found {type(decoder).__name__}"]
+    config_by_content: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for key, entry in decoder.items():
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+            config_by_content.setdefault(entry["content"], []).append((key, entry))
+    # The reference is what the file declares, else what tokenizers loaded (same when healthy).
+    reference: dict[str, tuple[int, dict[str, Any]]] = {
+        token.content: (token_id, {flag: getattr(token, flag) for flag in _ALL_FLAGS})
+        for token_id, token in loaded.items()
+    }
+    for content, entries in _declared_entries(declared).items():
+        if len(entries) == 1 and isinstance(entries[0].get("id"), int):
+            reference[content] = (entries[0]["id"], entries[0])
+
+    problems = []
+    for marker in PROTOCOL_MARKERS:
+        listed = config_by_content.get(marker, [])
+        if marker not in reference:
+            if listed:
+                problems.append(
+                    f"{marker!r}: expected {where} to agree with tokenizer.json (no such added "
+                    f"token), found it at ID {', '.join(key for key, _ in listed)}"
+                )
+            continue
+        ref_id, ref_flags = reference[marker]
+        if not listed:
+            there = decoder.get(str(ref_id))
+            other = f" (ID {ref_id} there is {there.get('content')!r})" if there else ""
+            problems.append(
+                f"{marker!r}: expected {where} to list it at ID {ref_id} as tokenizer.json does, "
+                f"found no entry{other}"
+            )
+            continue
+        if len(listed) > 1:
+            problems.append(
+                f"{marker!r}: expected exactly one ID in {where}, found IDs "
+                f"[{', '.join(key for key, _ in listed)}]"
+            )
+            continue
+        key, entry = listed[0]
+        if key != str(ref_id):
+            problems.append(
+                f"{marker!r}: expected ID {ref_id} in {where} as in tokenizer.json, found ID {key}"
+            )
+        for flag in _ALL_FLAGS:
+            if flag in entry and flag in ref_flags and entry[flag] != ref_flags[flag]:
+                problems.append(
+                    f"{marker!r}: expected {flag}={_flag(ref_flags[flag])} in {where} as in "
+                    f"tokenizer.json, found {flag}={_flag(entry[flag])}"
+                )
+    return problems
+
+
+def _max_token_id(
+    tokenizer: tokenizers.Tokenizer, loaded: Mapping[int, tokenizers.AddedToken]
+) -> int:
+    """The largest token ID. tokenizers numbers a BPE base vocabulary 0..n-1 when it wrote the file;
+    when the ends do not line up that way, fall back to scanning the vocabulary (slow, rare)."""
+    model = tokenizer.model
+    base = tokenizer.get_vocab_size(with_added_tokens=False)
+    contiguous = base == 0 or (
+        model.id_to_token(base - 1) is not None and model.id_to_token(base) is None
+    )
+    base_max = (
+        base - 1 if contiguous else max(tokenizer.get_vocab(with_added_tokens=False).values())
+    )
+    return max([base_max, *loaded])
+
+
+def _template_text(config: Mapping[str, Any] | None) -> str | None:
+    template = (config or {}).get("chat_template")
+    if isinstance(template, list):
+        # The multi-template form [{"name": ..., "template": ...}]: "default" is the protocol.
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _check_template(
+    files: CheckpointFiles, config: Mapping[str, Any] | None
+) -> tuple[TemplateKind, str | None, list[str]]:
+    in_config = _template_text(config)
+    config_sha = None if in_config is None else _sha256(in_config.encode("utf-8"))
+    if files.chat_template is not None:
+        # transformers prefers chat_template.jinja over tokenizer_config.json's field.
+        sha, where = _sha256(_read_bytes(files.chat_template)), "chat_template.jinja"
+    elif config_sha is not None:
+        sha, where = config_sha, "tokenizer_config.json chat_template"
+    else:
+        problem = (
+            "chat template: expected chat_template.jinja or a chat_template in "
+            "tokenizer_config.json, found neither"
+        )
+        return "absent", None, [problem]
+    kind: TemplateKind = "qwen3.8" if sha == QWEN38_TEMPLATE_SHA256 else "other"
+    problems = []
+    if kind == "other":
+        problems.append(
+            f"{where}: expected the official Qwen 3.8 template (sha256 {QWEN38_TEMPLATE_SHA256}), "
+            f"found sha256 {sha}: another protocol, or a modified template"
+        )
+    if config_sha is not None and config_sha != sha:
+        # Tools that read only tokenizer_config.json (older transformers, converters) would
+        # render another prompt than the one this checkpoint is judged by.
+        problems.append(
+            "tokenizer_config.json chat_template: expected the template of "
+            f"chat_template.jinja (sha256 {sha}), found another one (sha256 {config_sha})"
+        )
+    return kind, sha, problems
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_stop_tokens(
+    files: CheckpointFiles, im_end: int | None, tokenizer: tokenizers.Tokenizer
+) -> tuple[tuple[int, ...] | None, list[str]]:
+    expected = f"{im_end} ({TURN_CLOSE!r})" if im_end is not None else f"the ID of {TURN_CLOSE!r}"
+    if files.generation_config is None:
+        return None, [
+            f"generation_config.json: expected stop tokens (eos_token_id) including {expected}, "
+            "found no file"
+        ]
+    raw = _read_json(files.generation_config).get("eos_token_id")
+    values = raw if isinstance(raw, list) else [raw]
+    if not values or not all(_is_id(v) for v in values):
+        return None, [
+            f"generation_config.json eos_token_id: expected a token ID or a list of IDs including "
+            f"{expected}, found {json.dumps(raw)}"
+        ]
+    stop = tuple(values)
+    problems = []
+    if im_end is None or im_end not in stop:
+        problems.append(
+            "generation_config.json eos_token_id: expected to include "
+            f"{expected}, found {list(stop)}"
+        )
+    problems.extend(
+        f"generation_config.json eos_token_id: expected IDs of the vocabulary, found {token_id}, "
+        "which is no token"
+        for token_id in stop
+        if tokenizer.id_to_token(token_id) is None
+    )
+    return stop, problems
+
+
+def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, list[str]]:
+    if files.config is None:
+        return None, [
+            f"config.json: expected vocab_size (the embedding size) of at least {max_id + 1}, "
+            "found no file"
+        ]
+    config = _read_json(files.config)
+    text_config = config.get("text_config")
+    # Multimodal configs (Qwen 3.5+) hold the language model's size under text_config.
+    candidates = {
+        "text_config.vocab_size": text_config.get("vocab_size")
+        if isinstance(text_config, dict)
+        else None,
+        "vocab_size": config.get("vocab_size"),
+    }
+    sizes = {where: value for where, value in candidates.items() if _is_id(value)}
+    if not sizes:
+        return None, [
+            f"config.json: expected vocab_size (top level or under text_config) of at least "
+            f"{max_id + 1}, found neither"
+        ]
+    # A vocabulary larger than the embedding fails at inference time (index error, or silently
+    # reading another row), so every ID up to the largest must have a row.
+    problems = [
+        f"config.json {where}: expected at least {max_id + 1} (the largest token ID is {max_id}), "
+        f"found {size}: token IDs {size}..{max_id} have no embedding row"
+        for where, size in sizes.items()
+        if size <= max_id
+    ]
+    return next(iter(sizes.values())), problems
+
+
+def _bos_policy(tokenizer: tokenizers.Tokenizer, config: Mapping[str, Any] | None) -> str:
+    """What is prepended to an encoding. Observed, not guessed from flags: the post-processor is
+    what adds tokens (transformers ignores add_bos_token when tokenizer.json exists)."""
+    with_special = tokenizer.encode("a").ids
+    without = tokenizer.encode("a", add_special_tokens=False).ids
+    if with_special != without:
+        return (
+            f"post-processor adds tokens with add_special_tokens=True ({with_special} for 'a' "
+            f"instead of {without}); chat prompts must be encoded without them"
+        )
+    bos = (config or {}).get("bos_token")
+    if isinstance(bos, dict):
+        bos = bos.get("content")
+    if (config or {}).get("add_bos_token") is True and bos:
+        return (
+            f"none added by tokenizer.json (tokenizer_config.json asks for {bos!r} with "
+            f"add_bos_token, which transformers ignores); chat prompts start with {TURN_OPEN}"
+        )
+    return f"none: chat prompts start with {TURN_OPEN}"
+
+
+def _summary(component: object) -> str:
+    """A short description such as "NFC" or "Split(regex) + ByteLevel", from the component's own
+    small JSON state (the normalizer/pre-tokenizer only, never the model)."""
+    if component is None:
+        return "none"
+    try:
+        state = json.loads(component.__getstate__())  # type: ignore[attr-defined]
+    except Exception:
+        return type(component).__name__
+    return _describe(state)
+
+
+def _describe(node: Any) -> str:
+    if not isinstance(node, dict):
+        return "none"
+    kind = str(node.get("type"))
+    if kind == "Sequence":
+        parts = node.get("normalizers") or node.get("pretokenizers") or []
+        return " + ".join(_describe(part) for part in parts) or "none"
+    if kind == "Split":
+        pattern = node.get("pattern") or {}
+        return "Split(regex)" if "Regex" in pattern else f"Split({pattern.get('String')!r})"
+    return kind
