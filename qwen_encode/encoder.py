@@ -14,24 +14,35 @@ import bisect
 import os
 import re
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
-from tokenizers import Encoding as TokenizerEncoding
-from tokenizers import PreTokenizedString, Tokenizer
+from tokenizers import Tokenizer
 
 from . import markers as mk
 from .checkpoint import resolve_checkpoint
+from .engines import Engine, TokenizersEngine, load_fastokens
 from .errors import MarkerInTextError
 from .protocol import Prompt, Special, Text, format_prompt
 from .vocabulary import ValidationReport, Vocabulary, load_vocabulary
 
-__all__ = ["Encoder", "Encoding", "MarkersInText"]
+__all__ = ["Encoder", "Encoding", "EngineName", "MarkersInText"]
 
 MarkersInText: TypeAlias = Literal["literal", "reject", "atomic"]
 _MODES: tuple[str, ...] = ("literal", "reject", "atomic")
+EngineName: TypeAlias = Literal["auto", "fastokens", "tokenizers"]
+_ENGINES: tuple[str, ...] = ("auto", "fastokens", "tokenizers")
+
+# "auto" keeps one-shot use fast: fastokens loads several times slower than tokenizers, so it is
+# brought up only for a batch with at least this much text, where its speed repays the load.
+_AUTO_FASTOKENS_CHARS = 2_000_000
+# Text runs recur across requests (the tools block, a shared system prompt, every earlier turn of
+# a growing chat): their IDs are kept, up to this many bytes of text plus IDs.
+_RUN_CACHE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,12 +83,35 @@ class Encoder:
     turns it into the control token, exactly as transformers does.
     """
 
-    def __init__(self, vocabulary: Vocabulary, *, markers_in_text: MarkersInText = "literal"):
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        *,
+        markers_in_text: MarkersInText = "literal",
+        engine: EngineName = "tokenizers",
+        tokenizer_json: str | os.PathLike[str] | None = None,
+        cache_bytes: int = _RUN_CACHE_BYTES,
+    ):
         if markers_in_text not in _MODES:
             raise ValueError(f"markers_in_text must be one of {_MODES}, got {markers_in_text!r}")
+        if engine not in _ENGINES:
+            raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
+        if engine != "tokenizers" and tokenizer_json is None:
+            raise ValueError(f"engine={engine!r} needs tokenizer_json (the file fastokens loads)")
         self.vocabulary = vocabulary
         self.markers_in_text: MarkersInText = markers_in_text
         self._tokenizer: Tokenizer = vocabulary.tokenizer
+        self._reference = TokenizersEngine(vocabulary.tokenizer)
+        self._engine: Engine = self._reference
+        self._tokenizer_json = None if tokenizer_json is None else Path(tokenizer_json)
+        self._engine_wanted: EngineName = engine
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+        self._marker_arrays = {
+            content: np.array([token_id], dtype=np.int32)
+            for content, token_id in vocabulary.added_tokens.items()
+        }
         self._added_ids: Mapping[str, int] = vocabulary.added_tokens
         # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
         contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
@@ -87,6 +121,8 @@ class Encoder:
         self._normalized_match = any(
             token.normalized for token in self._tokenizer.get_added_tokens_decoder().values()
         )
+        if engine == "fastokens":
+            self._bring_up_fastokens()
 
     @classmethod
     def from_pretrained(
@@ -97,14 +133,37 @@ class Encoder:
         cache_dir: str | os.PathLike[str] | None = None,
         local_files_only: bool | None = None,
         markers_in_text: MarkersInText = "literal",
+        engine: EngineName = "auto",
     ) -> Encoder:
         """Load a checkpoint's vocabulary (local folder, ``tokenizer.json`` path or hub repo id)
         and validate it: a vocabulary that does not carry the protocol's markers raises
-        ``VocabularyError`` listing every problem."""
+        ``VocabularyError`` listing every problem.
+
+        ``engine``: ``"tokenizers"`` (HF tokenizers only), ``"fastokens"`` (load and prove it
+        now), or ``"auto"`` (start on tokenizers; bring fastokens up for the first large batch).
+        fastokens is used only after it gave tokenizers' IDs on a probe set for this vocabulary;
+        otherwise the encoder warns and stays on tokenizers."""
         files = resolve_checkpoint(
             source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
         )
-        return cls(load_vocabulary(files), markers_in_text=markers_in_text)
+        return cls(
+            load_vocabulary(files),
+            markers_in_text=markers_in_text,
+            engine=engine,
+            tokenizer_json=files.tokenizer_json,
+        )
+
+    @property
+    def engine(self) -> str:
+        """The engine encoding text now: "tokenizers" or "fastokens"."""
+        return self._engine.name
+
+    def _bring_up_fastokens(self) -> None:
+        self._engine_wanted = "tokenizers"  # one attempt: a failure is not retried per batch
+        assert self._tokenizer_json is not None
+        fast = load_fastokens(self._tokenizer_json, self._reference, list(self._added_ids))
+        if fast is not None:
+            self._engine = fast
 
     # -- what callers look up -----------------------------------------------------------------
 
@@ -148,21 +207,42 @@ class Encoder:
         return self.encode(prompt)
 
     def encode_batch(self, prompts: Sequence[Prompt]) -> list[Encoding]:
-        """Encode many prompts; all their text goes through the tokenizer's parallel batch API
-        in one call."""
+        """Encode many prompts; all their new text goes through the engine's parallel batch
+        API in one call, and text already encoded (see ``cache_bytes``) is not encoded again."""
         layouts = [self._layout(prompt) for prompt in prompts]
-        batch = [item for layout in layouts for item in layout if isinstance(item, _Run)]
-        plain = [run for run in batch if not run.literal]
-        plain_encodings = (
-            self._tokenizer.encode_batch([run.text for run in plain], add_special_tokens=False)
-            if plain
-            else []
-        )
-        encoded = {id(run): e for run, e in zip(plain, plain_encodings, strict=True)}
-        for run in batch:
-            if run.literal:
-                encoded[id(run)] = self._encode_ordinary(run.text)
-        return [self._assemble(layout, encoded) for layout in layouts]
+        todo: dict[str, None] = {}
+        size = 0
+        for layout in layouts:
+            for item in layout:
+                if (
+                    isinstance(item, _Run)
+                    and not item.literal
+                    and item.text not in self._cache
+                    and item.text not in todo
+                ):
+                    todo[item.text] = None
+                    size += len(item.text)
+        if self._engine_wanted == "auto" and size >= _AUTO_FASTOKENS_CHARS:
+            self._bring_up_fastokens()
+        fresh = dict(zip(todo, self._engine.encode_texts(list(todo)), strict=True))
+        encodings = [self._assemble(layout, fresh) for layout in layouts]
+        for text, ids in fresh.items():
+            self._remember(text, ids)
+        return encodings
+
+    def cache_info(self) -> dict[str, int]:
+        """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
+        return {"entries": len(self._cache), "bytes": self._cache_bytes, "limit": self._cache_limit}
+
+    def _remember(self, text: str, ids: np.ndarray) -> None:
+        cost = len(text) + ids.nbytes + 100  # ~100 bytes of dict and array overhead per entry
+        if cost > self._cache_limit:
+            return
+        self._cache[text] = ids
+        self._cache_bytes += cost
+        while self._cache_bytes > self._cache_limit:
+            old_text, old_ids = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old_text) + old_ids.nbytes + 100
 
     def pad(
         self,
@@ -242,52 +322,66 @@ class Encoder:
         turn = blamed.turn if blamed.turn >= 0 else None
         return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
 
-    def _encode_ordinary(self, text: str) -> TokenizerEncoding:
-        """Encode with the vocabulary's normaliser, pre-tokeniser and BPE but no added-token
-        matching: what a copy of the tokenizer without added tokens gives, without keeping that
-        second 248k-token tokenizer in memory. ``encode_special_tokens=True`` is not enough: it
-        leaves non-special added tokens such as ``<think>`` and ``<tool_call>`` matched."""
-        tokenizer = self._tokenizer
-        pieces = PreTokenizedString(text)
-        if tokenizer.normalizer is not None:
-            normalizer = tokenizer.normalizer
-            pieces.normalize(lambda normalized: normalizer.normalize(normalized))
-        if tokenizer.pre_tokenizer is not None:
-            tokenizer.pre_tokenizer.pre_tokenize(pieces)
-        model = tokenizer.model
-        pieces.tokenize(lambda piece: model.tokenize(piece))
-        return pieces.to_encoding()
-
-    def _assemble(
-        self, layout: list[Special | _Run], encoded: Mapping[int, TokenizerEncoding]
-    ) -> Encoding:
-        ids: list[int] = []
+    def _assemble(self, layout: list[Special | _Run], fresh: Mapping[str, np.ndarray]) -> Encoding:
+        pieces: list[np.ndarray] = []
         turns: list[int] = []
         trained: list[bool] = []
+        lengths: list[int] = []
         for item in layout:
             if isinstance(item, Special):
-                ids.append(self._added_ids[item.marker])
+                pieces.append(self._marker_arrays[item.marker])
                 turns.append(item.turn)
                 trained.append(item.trained)
+                lengths.append(1)
                 continue
-            encoding = encoded[id(item)]
-            run_ids = encoding.ids
-            ids.extend(run_ids)
-            if len(item.parts) == 1 or len({p[1:] for p in item.parts}) == 1:
-                turns.extend([item.parts[0][1]] * len(run_ids))
-                trained.extend([item.parts[0][2]] * len(run_ids))
-                continue
-            # A run that crosses from one turn or role to another (the `assistant\n` header and the
-            # content after it, when no reasoning span separates them): attribute each token by
-            # where it starts. The template's joins always fall on pre-token boundaries there (a
-            # '\n' followed by trimmed content), so no token straddles two parts.
-            starts = [p[0] for p in item.parts]
-            for begin, _end in encoding.offsets:
-                part = item.parts[bisect.bisect_right(starts, begin) - 1]
-                turns.append(part[1])
-                trained.append(part[2])
+            if item.literal:
+                if len(item.parts) > 1 and len({p[1:] for p in item.parts}) > 1:
+                    self._split_by_offsets(item, pieces, turns, trained, lengths)
+                    continue
+                ids = self._engine.encode_ordinary(item.text)
+            else:
+                ids = fresh[item.text] if item.text in fresh else self._cache[item.text]
+                if item.text in self._cache:
+                    self._cache.move_to_end(item.text)
+                if len(item.parts) > 1 and len({p[1:] for p in item.parts}) > 1:
+                    self._split_by_offsets(item, pieces, turns, trained, lengths, ids)
+                    continue
+            pieces.append(ids)
+            turns.append(item.parts[0][1])
+            trained.append(item.parts[0][2])
+            lengths.append(len(ids))
+        counts = np.asarray(lengths, dtype=np.intp)
         return Encoding(
-            input_ids=np.asarray(ids, dtype=np.int32),
-            assistant_mask=np.asarray(trained, dtype=bool),
-            turn_index=np.asarray(turns, dtype=np.int32),
+            input_ids=np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32),
+            assistant_mask=np.repeat(np.asarray(trained, dtype=bool), counts),
+            turn_index=np.repeat(np.asarray(turns, dtype=np.int32), counts),
         )
+
+    def _split_by_offsets(
+        self,
+        run: _Run,
+        pieces: list[np.ndarray],
+        turns: list[int],
+        trained: list[bool],
+        lengths: list[int],
+        ids: np.ndarray | None = None,
+    ) -> None:
+        """A run that crosses from one turn or role to another (the ``assistant\\n`` header and
+        the content after it, when no reasoning span separates them): attribute each token by
+        the character it starts at, using the reference tokenizer's offsets. The template's joins
+        fall on pre-token boundaries there (a '\\n' then trimmed content), so no token straddles
+        two parts."""
+        if run.literal:
+            encoding = self._reference.ordinary_encoding(run.text)
+        else:
+            encoding = self._tokenizer.encode(run.text, add_special_tokens=False)
+        run_ids = np.asarray(encoding.ids, dtype=np.int32)
+        if ids is not None and not np.array_equal(ids, run_ids):  # engines proven equal
+            raise AssertionError("engine and reference disagree on a proven vocabulary")
+        starts = [p[0] for p in run.parts]
+        for position, (begin, _end) in enumerate(encoding.offsets):
+            part = run.parts[bisect.bisect_right(starts, begin) - 1]
+            pieces.append(run_ids[position : position + 1])
+            turns.append(part[1])
+            trained.append(part[2])
+            lengths.append(1)

@@ -86,19 +86,64 @@ class Prompt:
 
 
 class _Builder:
-    """Collects segments; ``turn`` and ``trained`` apply to the segments added next."""
+    """Collects segments; ``turn`` and ``trained`` apply to the segments added next.
+
+    Consecutive protocol-authored texts are joined into one ``Text`` (the encoder joins text
+    runs anyway; fewer, longer segments make rendering several times cheaper)."""
+
+    __slots__ = ("_pending", "_segments", "_trained", "_turn")
 
     def __init__(self) -> None:
-        self.segments: list[Segment] = []
-        self.turn = -1
-        self.trained = False
+        self._segments: list[Segment] = []
+        self._pending: list[str] = []
+        self._turn = -1
+        self._trained = False
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._segments.append(Text("".join(self._pending), self._turn, self._trained))
+            self._pending.clear()
+
+    @property
+    def segments(self) -> list[Segment]:
+        self._flush()
+        return self._segments
+
+    @segments.setter
+    def segments(self, segments: list[Segment]) -> None:
+        self._pending.clear()
+        self._segments = segments
+
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    @turn.setter
+    def turn(self, turn: int) -> None:
+        self._flush()
+        self._turn = turn
+
+    @property
+    def trained(self) -> bool:
+        return self._trained
+
+    @trained.setter
+    def trained(self, trained: bool) -> None:
+        self._flush()
+        self._trained = trained
 
     def special(self, marker: str) -> None:
-        self.segments.append(Special(marker, self.turn, self.trained))
+        self._flush()
+        self._segments.append(Special(marker, self._turn, self._trained))
 
     def text(self, text: str, field: str | None = None) -> None:
-        if text:
-            self.segments.append(Text(text, self.turn, self.trained, field))
+        if not text:
+            return
+        if field is None:
+            self._pending.append(text)
+            return
+        self._flush()
+        self._segments.append(Text(text, self._turn, self._trained, field))
 
     def protocol(self, text: str) -> None:
         """Protocol-authored text; the markers it spells (the tools block's example and reminder
@@ -112,12 +157,13 @@ class _Builder:
 
     def rstrip(self) -> None:
         """Drop trailing whitespace across trailing ``Text`` segments."""
-        while self.segments and isinstance(last := self.segments[-1], Text):
+        segments = self.segments
+        while segments and isinstance(last := segments[-1], Text):
             stripped = last.text.rstrip()
             if stripped:
-                self.segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+                segments[-1] = Text(stripped, last.turn, last.trained, last.field)
                 return
-            self.segments.pop()
+            segments.pop()
 
     def prompt(self) -> Prompt:
         return Prompt(tuple(self.segments))

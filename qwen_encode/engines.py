@@ -1,0 +1,174 @@
+"""Text-encoding engines: HF ``tokenizers`` (the reference, always loaded because the vocabulary
+checks use it) and ``fastokens`` (a Rust encoder of the same ``tokenizer.json``, several times
+faster on batches), used only once it is proven to give the same IDs on this vocabulary.
+
+Why prove it per vocabulary: a second implementation of a tokenizer can differ on a pre-tokenizer
+regex feature or a normalisation corner that one vocabulary exercises and another does not. The
+proof encodes a probe set with both engines, both with and without added-token matching; the
+verdict is cached by the vocabulary file's sha256 and the engine's version, so the probe runs once
+per vocabulary per machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import unicodedata
+import warnings
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from tokenizers import PreTokenizedString, Tokenizer
+
+__all__ = ["Engine", "FastokensEngine", "TokenizersEngine", "load_fastokens", "probe_texts"]
+
+
+class Engine(Protocol):
+    name: str
+
+    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """IDs of each text, with added tokens matched as the tokenizer does."""
+        ...
+
+    def encode_ordinary(self, text: str) -> np.ndarray:
+        """IDs of ``text`` with NO added-token matching (normaliser, pre-tokeniser, BPE only)."""
+        ...
+
+
+class TokenizersEngine:
+    name = "tokenizers"
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
+    def encode_ordinary(self, text: str) -> np.ndarray:
+        return np.asarray(self.ordinary_encoding(text).ids, dtype=np.int32)
+
+    def ordinary_encoding(self, text: str):  # -> tokenizers.Encoding (with offsets)
+        """What a copy of the tokenizer without added tokens gives, without keeping that second
+        248k-token tokenizer in memory. ``encode_special_tokens=True`` is not enough: it leaves
+        non-special added tokens such as ``<think>`` and ``<tool_call>`` matched."""
+        tokenizer = self.tokenizer
+        pieces = PreTokenizedString(text)
+        if tokenizer.normalizer is not None:
+            normalizer = tokenizer.normalizer
+            pieces.normalize(lambda normalized: normalizer.normalize(normalized))
+        if tokenizer.pre_tokenizer is not None:
+            tokenizer.pre_tokenizer.pre_tokenize(pieces)
+        model = tokenizer.model
+        pieces.tokenize(lambda piece: model.tokenize(piece))
+        return pieces.to_encoding()
+
+
+class FastokensEngine:
+    name = "fastokens"
+
+    def __init__(self, tokenizer: object):
+        self.tokenizer = tokenizer
+
+    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+        if not texts:
+            return []
+        # One flat buffer: no per-token Python objects.
+        flat, offsets = self.tokenizer.encode_batch_flat(list(texts))  # type: ignore[attr-defined]
+        ids = np.frombuffer(flat, dtype=np.uint32).astype(np.int32)
+        bounds = np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
+        return np.split(ids, bounds[1:-1])
+
+    def encode_ordinary(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode_ordinary(text).ids, dtype=np.int32)  # type: ignore[attr-defined]
+
+
+def probe_texts(added_tokens: Sequence[str]) -> list[str]:
+    """Texts that exercise what differs between tokenizer implementations: every script block,
+    combining marks and NFC-changing characters, odd whitespace, digits, code, and the added
+    tokens alone, glued to text and split across texts."""
+    texts = [
+        "Hello, world! It's 3.14159 — naïve café; Straße. ½ x² ①",
+        "数据科学 東京タワー こんにちは 안녕하세요 مرحبا بالعالم שלום नमस्ते Привет γειά σου",
+        "e\u0301 a\u0308\u0301 \u212a \u2126 \u1fef \u037e \uf900 \u0344 \u0958 ﬁ ＡＢＣ",
+        "👍🏽 👨‍👩‍👧 🇫🇷 🧪\ufe0f ❤️",
+        "  \n\n\t\r\n \u00a0\u3000\u2009\u2028\u2029\u0085 x \n  \n",
+        "def f(x):\n    return {'a': [1, 2]}  # comment\n\n\tif x>=0: pass\r\n",
+        "<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
+        "12345678901234567890 0.000001 -7e+21 1,000,000",
+        "'s 't 're 've 'm 'll 'd 'S 'LL",
+        "",
+    ]
+    for i, token in enumerate(added_tokens):
+        texts += [token, f"x{token}y", f" {token}\n", token[: len(token) // 2], token * (i % 3 + 1)]
+    # Every Unicode block's first assigned characters, in runs with spaces and newlines.
+    chars = [chr(c) for c in range(0x20, 0x2FFFF, 97) if unicodedata.category(chr(c))[0] != "C"]
+    texts += ["".join(chars[i : i + 40]) + " \n" for i in range(0, len(chars), 40)]
+    return texts
+
+
+def _proof_path(vocabulary_sha256: str, version: str) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "qwen-encode" / "engine-proofs" / f"{vocabulary_sha256}-fastokens-{version}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_fastokens(
+    tokenizer_json: Path,
+    reference: TokenizersEngine,
+    added_tokens: Sequence[str],
+    *,
+    warn: Callable[[str], None] | None = None,
+) -> FastokensEngine | None:
+    """The fastokens engine for this vocabulary, or None (with a warning) when it is not
+    installed, fails to load, or does not give the reference's IDs on the probe set."""
+    say = warn or (lambda message: warnings.warn(message, RuntimeWarning, stacklevel=3))
+    try:
+        import fastokens
+
+        version = metadata.version("fastokens")
+        engine = FastokensEngine(fastokens.Tokenizer.from_file(str(tokenizer_json)))
+    except Exception as error:  # ImportError, or any failure of the native loader
+        say(f"fastokens unavailable ({error}); encoding with tokenizers")
+        return None
+    proof = _proof_path(_sha256(tokenizer_json), version)
+    if proof.is_file():
+        return engine
+    texts = probe_texts(added_tokens)
+    mismatch = first_mismatch(engine, reference, texts)
+    if mismatch is not None:
+        say(
+            f"fastokens {version} differs from tokenizers on {tokenizer_json} "
+            f"({mismatch}); encoding with tokenizers"
+        )
+        return None
+    try:
+        proof.parent.mkdir(parents=True, exist_ok=True)
+        proof.write_text(json.dumps({"probes": len(texts), "tokenizer_json": str(tokenizer_json)}))
+    except OSError:
+        pass  # a read-only cache only means the probe runs again next time
+    return engine
+
+
+def first_mismatch(engine: Engine, reference: Engine, texts: Sequence[str]) -> str | None:
+    """A description of the first text the two engines encode differently, or None."""
+    for text, ours, theirs in zip(
+        texts, engine.encode_texts(texts), reference.encode_texts(texts), strict=True
+    ):
+        if not np.array_equal(ours, theirs):
+            return f"added-token matching, text {text[:40]!r}"
+    for text in texts:
+        if not np.array_equal(engine.encode_ordinary(text), reference.encode_ordinary(text)):
+            return f"ordinary encoding, text {text[:40]!r}"
+    return None
