@@ -1,0 +1,1169 @@
+"""The ``qwen-encode`` command: encode, render, validate and parse, line for line.
+
+Every line-oriented command follows one discipline, so a pipeline can trust its output: output
+line *i* answers input line *i*; a line that fails is answered in place by
+``{"error": {"type", "message", "line"}}`` and every other line is still written; the exit code
+is 1 when any line failed (with a summary on stderr), 2 for usage errors (bad options, an input
+file or checkpoint that cannot be opened), 0 otherwise. Output files are written to a temporary
+file beside the target and renamed into place, so a crash or Ctrl-C never leaves half a file.
+
+Run ``qwen-encode COMMAND --help`` for each command, or ``python -m qwen_encode.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from . import markers as mk
+from .errors import CheckpointError, QwenEncodeError, VocabularyError
+
+if TYPE_CHECKING:  # the heavy modules (numpy, tokenizers) load only for commands that need them
+    from .encoder import Encoder, Encoding
+    from .protocol import Prompt
+
+__all__ = ["main"]
+
+PROG = "qwen-encode"
+DEFAULT_MODEL = "Qwen/Qwen3.8-27B"
+TINY_FIXTURE = "fixtures/qwen3.8-tiny"
+DEFAULT_BATCH = 1024
+
+EXIT_OK = 0
+EXIT_LINES_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what `tool | head` gives for other Unix tools
+
+# The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per line: a typo
+# such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
+TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "preserve_thinking", "add_vision_id")
+
+# Fields of vLLM's tokenize chat request (plus OpenAI's top-level reasoning_effort) that this tool
+# acts on, and those it accepts but that cannot change the IDs: `model` names a served model (the
+# vocabulary here comes from --model), Qwen's tokenizer adds no BOS whatever add_special_tokens
+# says, and mm_processor_kwargs configure the image processor, which runs after tokenization.
+REQUEST_FIELDS = frozenset(
+    {
+        "messages",
+        "tools",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "chat_template",
+        "reasoning_effort",
+        "return_token_strs",
+    }
+)
+IGNORED_REQUEST_FIELDS = frozenset({"model", "add_special_tokens", "mm_processor_kwargs"})
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+class UsageError(Exception):
+    """Bad options, or an input, output or checkpoint that cannot be used: exit 2."""
+
+
+class LineError(Exception):
+    """One input line that cannot be answered; reported in place, the run goes on."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _error_record(error: BaseException, line: int) -> dict[str, Any]:
+    if isinstance(error, LineError):
+        kind, message = error.kind, error.message
+    else:
+        kind, message = type(error).__name__, str(error)
+    return {"error": {"type": kind, "message": message, "line": line}}
+
+
+def _json_type(value: Any) -> str:
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Input
+
+
+@dataclass
+class Line:
+    """One input line: its 1-based number and either its parsed JSON value or why it has none."""
+
+    number: int
+    value: Any = None
+    error: LineError | None = None
+
+
+def _open_input(path: str) -> tuple[IO[bytes], int | None]:
+    """The input as bytes, and its size when it is a regular file (for the progress bar)."""
+    if path == "-":
+        stream = sys.stdin.buffer
+        if sys.stdin.isatty():
+            print(f"{PROG}: reading JSON Lines from the terminal; end with Ctrl-D", file=sys.stderr)
+        try:
+            info = os.fstat(stream.fileno())
+        except (OSError, ValueError):  # no descriptor: a replaced sys.stdin
+            return stream, None
+        return stream, info.st_size if stat.S_ISREG(info.st_mode) else None
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed by the caller's ExitStack
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    return stream, os.fstat(stream.fileno()).st_size
+
+
+def _read_lines(stream: IO[bytes], progress: Progress) -> Iterator[Line]:
+    """Lines as JSON values. Bytes are split on b"\\n" only (a U+2028 inside a JSON string is not a
+    line break) and decoded as UTF-8 whatever the locale says."""
+    for number, raw in enumerate(stream, 1):
+        progress.advance(len(raw))
+        body = raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw
+        if number == 1 and body.startswith(b"\xef\xbb\xbf"):
+            body = body[3:]  # a UTF-8 byte order mark, as some editors write
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            yield Line(number, error=LineError("UnicodeDecodeError", f"not UTF-8: {error}"))
+            continue
+        if not text.strip():
+            # Not skipped: dropping it would shift every later answer off its line.
+            yield Line(number, error=LineError("EmptyLine", "empty line (expected one JSON value)"))
+            continue
+        try:
+            yield Line(number, value=json.loads(text))
+        except json.JSONDecodeError as error:
+            yield Line(number, error=LineError("JSONDecodeError", str(error)))
+        except RecursionError:
+            yield Line(number, error=LineError("JSONDecodeError", "nested too deeply"))
+
+
+def _chunks(lines: Iterable[Line], size: int) -> Iterator[list[Line]]:
+    chunk: list[Line] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@contextlib.contextmanager
+def _line_job(
+    args: argparse.Namespace, label: str, chunk_size: int = DEFAULT_BATCH
+) -> Iterator[tuple[Iterator[list[Line]], AtomicOutput, Progress]]:
+    """The shared frame of the line-oriented commands: input chunks, atomic output, progress.
+    The input is opened first, so an unreadable input never creates an output file."""
+    with contextlib.ExitStack() as stack:
+        stream, size = _open_input(args.input)
+        if stream is not sys.stdin.buffer:
+            stack.callback(stream.close)
+        progress = Progress(label, size, not args.no_progress and sys.stderr.isatty())
+        stack.callback(progress.close)
+        output = stack.enter_context(AtomicOutput(args.output))
+        yield _chunks(_read_lines(stream, progress), chunk_size), output, progress
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+class AtomicOutput:
+    """Where results go: stdout, or a file written under a temporary name beside its target and
+    renamed over it only once complete (``commit``). Leaving the ``with`` block without a commit
+    (an exception, Ctrl-C) deletes the temporary file and leaves any old target untouched."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = None if path in (None, "-") else Path(path)
+        self._tmp: Path | None = None
+        self.stream: IO[bytes]
+        if self.path is None:
+            self.stream = sys.stdout.buffer
+            return
+        folder = self.path.parent
+        if self.path.is_dir():
+            raise UsageError(f"cannot write {self.path}: it is a folder")
+        if not folder.is_dir():
+            raise UsageError(f"cannot write {self.path}: no such folder {folder}")
+        try:
+            handle, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        except OSError as error:
+            raise UsageError(f"cannot write in {folder}: {error.strerror or error}") from None
+        self._tmp = Path(name)
+        self.stream = os.fdopen(handle, "wb")
+
+    def __enter__(self) -> AtomicOutput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            # Not committed: an error or an interrupt. Remove the partial file.
+            with contextlib.suppress(OSError):
+                self.stream.close()
+            with contextlib.suppress(OSError):
+                self._tmp.unlink()
+            self._tmp = None
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def commit(self) -> None:
+        if self._tmp is None:
+            self.stream.flush()
+            return
+        assert self.path is not None
+        try:
+            self.stream.flush()
+            os.fsync(self.stream.fileno())  # on disk before the rename makes it visible
+            self.stream.close()
+            # mkstemp creates the file 0600; give the result the mode a plain open() would.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self._tmp, 0o666 & ~umask)
+            os.replace(self._tmp, self.path)
+        except OSError as error:
+            raise UsageError(f"cannot write {self.path}: {error.strerror or error}") from None
+        self._tmp = None
+
+
+def _dump(value: Any) -> bytes:
+    # ensure_ascii=False: prompts in any script stay readable; the bytes are always UTF-8.
+    return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Progress and reporting
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal and the run has
+    lasted long enough to be worth watching; a short run prints nothing."""
+
+    DELAY = 0.5  # seconds before the bar appears
+    INTERVAL = 0.1  # seconds between redraws
+
+    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
+        self.label = label
+        self.total = total or None
+        self.enabled = enabled
+        self.done_bytes = 0
+        self.done_lines = 0
+        self.start = time.monotonic()
+        self.drawn_at = 0.0
+        self.shown = False
+
+    def advance(self, size: int) -> None:
+        self.done_bytes += size
+
+    def lines_done(self, count: int) -> None:
+        self.done_lines += count
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.start < self.DELAY or now - self.drawn_at < self.INTERVAL:
+            return
+        self.drawn_at = now
+        rate = self.done_lines / max(now - self.start, 1e-9)
+        if self.total:
+            fraction = min(self.done_bytes / self.total, 1.0)
+            width = 24
+            bar = "#" * int(fraction * width) + "-" * (width - int(fraction * width))
+            text = f"{self.label} [{bar}] {fraction:4.0%}  {self.done_lines:,} lines  {rate:,.0f}/s"
+        else:
+            text = f"{self.label} {self.done_lines:,} lines  {rate:,.0f}/s"
+        sys.stderr.write("\r" + text + "\x1b[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+@dataclass
+class Lines:
+    """How many lines, and the first few of them by number (a summary stays short however many
+    millions of lines a run has)."""
+
+    count: int = 0
+    first: list[int] = field(default_factory=list)
+
+    SHOWN = 10
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(line)
+
+    def __str__(self) -> str:
+        shown = ", ".join(map(str, self.first))
+        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        return f"line{'s' if self.count > 1 else ''} {shown}{more}"
+
+
+@dataclass
+class Tally:
+    """Failed lines and ignored request fields, for the summary on stderr."""
+
+    command: str
+    total: int = 0
+    failed: Lines = field(default_factory=Lines)
+    ignored: dict[str, Lines] = field(default_factory=dict)
+
+    def record(self, record: dict[str, Any], line: int) -> None:
+        self.total += 1
+        if "error" in record:
+            self.failed.add(line)
+
+    def ignore(self, name: str, line: int) -> None:
+        self.ignored.setdefault(name, Lines()).add(line)
+
+    def report(self) -> int:
+        for name, lines in sorted(self.ignored.items()):
+            _warn(
+                f"{self.command}: warning: ignored request field {name!r} on {lines} "
+                "(not a field of a tokenize request; it cannot change the prompt)"
+            )
+        if not self.failed.count:
+            return EXIT_OK
+        _warn(
+            f"{self.command}: {self.failed.count} of {self.total} lines failed "
+            f"({self.failed}); their errors are reported in place"
+        )
+        return EXIT_LINES_FAILED
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG} {message}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# Requests -> prompts
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: Prompt
+    token_strs: bool
+
+
+def _request(value: Any, line: int, tally: Tally | None) -> Request:
+    """A vLLM tokenize chat request (one JSON object) -> its prompt. Raises LineError for a
+    request of the wrong shape, PromptError for a conversation the protocol cannot render."""
+    from .protocol import format_prompt
+
+    if not isinstance(value, dict):
+        raise LineError(
+            "RequestError", f"a request must be a JSON object, got a JSON {_json_type(value)}"
+        )
+    if "messages" not in value:
+        raise LineError("RequestError", 'missing "messages" (the conversation to render)')
+    if tally is not None:
+        for key in value:
+            if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
+                tally.ignore(key, line)
+    if value.get("chat_template") is not None:
+        raise LineError(
+            "RequestError",
+            "chat_template overrides are not supported: qwen-encode renders the Qwen 3.8 "
+            "template, natively",
+        )
+
+    kwargs = value.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise LineError(
+            "RequestError",
+            f"chat_template_kwargs must be a JSON object, got a JSON {_json_type(kwargs)}",
+        )
+    unknown = [key for key in kwargs if key not in TEMPLATE_KWARGS]
+    if unknown:
+        raise LineError("RequestError", _unknown_kwargs_message(unknown))
+    # As transformers does for message fields, null means absent (the template's default).
+    options = {key: v for key, v in kwargs.items() if v is not None}
+
+    top_effort = value.get("reasoning_effort")
+    if top_effort is not None:
+        inner = options.get("reasoning_effort")
+        if inner is not None and inner != top_effort:
+            raise LineError(
+                "RequestError",
+                f"reasoning_effort {top_effort!r} (top level) conflicts with "
+                f"chat_template_kwargs.reasoning_effort {inner!r}",
+            )
+        options["reasoning_effort"] = top_effort
+
+    add_generation_prompt = value.get("add_generation_prompt")
+    continue_final = value.get("continue_final_message")
+    if add_generation_prompt is True and continue_final is True:
+        # vLLM's own check, word for word.
+        raise LineError(
+            "RequestError",
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        )
+    token_strs = value.get("return_token_strs")
+    if token_strs is not None and not isinstance(token_strs, bool):
+        raise LineError("RequestError", f"return_token_strs must be a bool, got {token_strs!r}")
+
+    prompt = format_prompt(
+        value["messages"],
+        tools=value.get("tools"),
+        # vLLM's default is True; format_prompt ignores it when continuing the final message.
+        add_generation_prompt=True if add_generation_prompt is None else add_generation_prompt,
+        continue_final_message=False if continue_final is None else continue_final,
+        **options,
+    )
+    return Request(prompt, bool(token_strs))
+
+
+def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
+    parts = []
+    for key in unknown:
+        if key in ("add_generation_prompt", "continue_final_message", "tools"):
+            parts.append(f"{key!r} (a top-level request field, not a template option)")
+            continue
+        close = difflib.get_close_matches(key, TEMPLATE_KWARGS, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown chat_template_kwargs {', '.join(parts)}; the Qwen 3.8 template reads "
+        f"{', '.join(TEMPLATE_KWARGS)}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def _load_encoder(source: str, markers_in_text: str = "literal") -> Encoder:
+    from .encoder import Encoder
+
+    try:
+        return Encoder.from_pretrained(source, markers_in_text=markers_in_text)  # type: ignore[arg-type]
+    except (CheckpointError, VocabularyError) as error:
+        raise UsageError(_model_message(source, error)) from None
+    except Exception as error:  # a library failure while loading: still a message, no traceback
+        raise UsageError(_model_message(source, f"{type(error).__name__}: {error}")) from None
+
+
+def _model_message(source: str, error: Exception | str) -> str:
+    hint = (
+        f"pass --model {TINY_FIXTURE} (the bundled demo vocabulary; its IDs differ from the "
+        f"real model's), --model {DEFAULT_MODEL} once its tokenizer files are in the hub cache, "
+        "or --model with a local checkpoint folder"
+    )
+    return f"cannot use --model {source}: {error}\nhint: {hint}"
+
+
+# --------------------------------------------------------------------------------------------
+# encode
+
+
+def _encode_all(encoder: Encoder, prompts: Sequence[Prompt]) -> list[Encoding | Exception]:
+    """One parallel batch call; should a prompt fail (markers_in_text="reject"), the batch is
+    redone one by one so the others still succeed and the failure lands on its own line."""
+    if not prompts:
+        return []
+    try:
+        return list(encoder.encode_batch(prompts))
+    except Exception:
+        results: list[Encoding | Exception] = []
+        for prompt in prompts:
+            try:
+                results.append(encoder.encode(prompt))
+            except Exception as error:
+                results.append(error)
+        return results
+
+
+def _encode_chunk(
+    encoder: Encoder, chunk: list[Line], tally: Tally
+) -> list[tuple[int, dict[str, Any] | None, Encoding | None, bool]]:
+    """(line, error record or None, encoding or None, token_strs) for each line of a chunk."""
+    requests: list[Request | None] = []
+    errors: list[dict[str, Any] | None] = []
+    for line in chunk:
+        if line.error is not None:
+            requests.append(None)
+            errors.append(_error_record(line.error, line.number))
+            continue
+        try:
+            requests.append(_request(line.value, line.number, tally))
+            errors.append(None)
+        except Exception as error:  # any bad input is reported in place, never a traceback
+            requests.append(None)
+            errors.append(_error_record(error, line.number))
+    good = [r for r in requests if r is not None]
+    encoded = iter(_encode_all(encoder, [r.prompt for r in good]))
+    results = []
+    for line, request, error in zip(chunk, requests, errors, strict=True):
+        if request is None:
+            results.append((line.number, error, None, False))
+            continue
+        outcome = next(encoded)
+        if isinstance(outcome, Exception):
+            results.append((line.number, _error_record(outcome, line.number), None, False))
+        else:
+            results.append((line.number, None, outcome, request.token_strs))
+    return results
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    if args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if args.format == "npz" and args.output in (None, "-") and sys.stdout.isatty():
+        raise UsageError("--format npz writes binary data: pass -o FILE.npz (or redirect stdout)")
+    encoder = _load_encoder(args.model, args.markers_in_text)
+    tally = Tally("encode")
+    rows: list[Encoding] = []
+    row_lines: list[int] = []
+    with _line_job(args, "encode", args.batch_size) as (chunks, output, progress):
+        for chunk in chunks:
+            for number, error, encoding, token_strs in _encode_chunk(encoder, chunk, tally):
+                if error is not None:
+                    record = error
+                else:
+                    assert encoding is not None
+                    record = _encoding_record(encoder, encoding, args.assistant_mask, token_strs)
+                tally.record(record, number)
+                if args.format == "jsonl":
+                    output.write(_dump(record))
+                elif error is not None:
+                    # An npz has no row for a failed line: say which, here, line by line.
+                    e = error["error"]
+                    _warn(f"encode: line {number}: {e['type']}: {e['message']}")
+                else:
+                    assert encoding is not None
+                    rows.append(encoding)
+                    row_lines.append(number)
+            progress.lines_done(len(chunk))
+            if args.format == "jsonl":
+                output.flush()
+        if args.format == "npz":
+            _write_npz(output, encoder, rows, row_lines)
+        output.commit()
+    return tally.report()
+
+
+def _encoding_record(
+    encoder: Encoder, encoding: Encoding, assistant_mask: bool, token_strs: bool
+) -> dict[str, Any]:
+    ids = encoding.input_ids.tolist()
+    record: dict[str, Any] = {"input_ids": ids, "num_tokens": len(ids)}
+    if assistant_mask:
+        record["assistant_mask"] = encoding.assistant_mask.astype("int8").tolist()
+    if token_strs:
+        to_token = encoder.vocabulary.tokenizer.id_to_token
+        record["token_strs"] = [to_token(i) for i in ids]
+    return record
+
+
+def _write_npz(
+    output: AtomicOutput, encoder: Encoder, rows: list[Encoding], row_lines: list[int]
+) -> None:
+    import numpy as np
+
+    padded = encoder.pad(rows, side="right")
+    buffer = io.BytesIO()  # zip needs a seekable file; stdout may be a pipe
+    np.savez_compressed(
+        buffer,
+        input_ids=padded["input_ids"],
+        attention_mask=padded["attention_mask"],
+        assistant_mask=padded["assistant_mask"].astype(np.int8),
+        line=np.asarray(row_lines, dtype=np.int64),
+    )
+    output.write(buffer.getvalue())
+
+
+# --------------------------------------------------------------------------------------------
+# render
+
+
+@dataclass(frozen=True)
+class Style:
+    """How ``render --segments`` marks markers: terminal colours, or brackets in plain text."""
+
+    color: bool
+
+    OPEN = "⟦"
+    CLOSE = "⟧"
+
+    def marker(self, text: str) -> str:
+        if self.color:
+            return f"\x1b[1;7;36m{text}\x1b[0m"  # bold, inverse, cyan: unlike any typed text
+        return f"{self.OPEN}{text}{self.CLOSE}"
+
+    def text(self, text: str) -> str:
+        if self.color:
+            # A control character in caller text could forge colours; show it escaped.
+            return "".join(
+                ch if ch in "\n\t" or not (ord(ch) < 32 or ord(ch) == 127) else f"\\x{ord(ch):02x}"
+                for ch in text
+            )
+        # The bracket is doubled in text, so "⟦<|im_end|>⟧" typed by a user reads
+        # "⟦⟦<|im_end|>⟧" and can never pass for a marker.
+        return text.replace(self.OPEN, self.OPEN * 2)
+
+    def header(self, text: str) -> str:
+        return f"\x1b[2m{text}\x1b[0m" if self.color else text
+
+
+def _segments_view(prompt: Prompt, style: Style) -> str:
+    from .protocol import Special
+
+    return "".join(
+        style.marker(s.marker) if isinstance(s, Special) else style.text(s.text)
+        for s in prompt.segments
+    )
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        _check_template(args.model)
+    color = args.color == "always" or (
+        args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    )
+    style = Style(color)
+    tally = Tally("render")
+    with _line_job(args, "render") as (chunks, output, progress):
+        for chunk in chunks:
+            for line in chunk:
+                record: dict[str, Any]
+                prompt = None
+                try:
+                    if line.error is not None:
+                        raise line.error
+                    prompt = _request(line.value, line.number, tally).prompt
+                    record = {"prompt": prompt.text}
+                except Exception as error:
+                    record = _error_record(error, line.number)
+                tally.record(record, line.number)
+                if not args.segments:
+                    output.write(_dump(record))
+                elif prompt is not None:
+                    view = _segments_view(prompt, style)
+                    head = style.header(f"── line {line.number} ──")
+                    output.write(f"{head}\n{view}\n".encode())
+                else:
+                    e = record["error"]
+                    head = style.header(f"── line {line.number}: {e['type']} ──")
+                    output.write(f"{head}\n{e['message']}\n".encode())
+            progress.lines_done(len(chunk))
+            output.flush()
+        output.commit()
+    return tally.report()
+
+
+def _check_template(source: str) -> None:
+    """render needs no vocabulary; given --model, it checks that the checkpoint's template is the
+    one rendered here, since otherwise the text is not what that checkpoint expects."""
+    from .vocabulary import validate_checkpoint
+
+    try:
+        report = validate_checkpoint(source)
+    except Exception as error:
+        raise UsageError(_model_message(source, error)) from None
+    if report.template != "qwen3.8":
+        _warn(
+            f"render: warning: {source} does not carry the Qwen 3.8 chat template "
+            f"({report.template}); the text below is the Qwen 3.8 prompt, not that template's"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .vocabulary import validate_checkpoint
+
+    try:
+        report = validate_checkpoint(args.source)
+    except Exception as error:
+        # Nothing to report on: the files cannot be found or read. The checkpoint does not carry
+        # the protocol as far as anyone can tell, so this is a failed check (1), not a usage error.
+        if args.json:
+            sys.stdout.write(
+                json.dumps({"source": args.source, "ok": False, "error": str(error)}, indent=2)
+                + "\n"
+            )
+        _warn(f"validate: {error}")
+        return EXIT_LINES_FAILED
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(_report_table(report))
+    return EXIT_OK if report.ok else EXIT_LINES_FAILED
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def _report_table(report: Any) -> str:
+    out = [f"checkpoint  {report.source}", ""]
+    width = max(len(entry.marker) for entry in report.markers) if report.markers else 6
+    out.append(f"  {'marker':<{width}}  {'id':>8}  special  atomic")
+    names: dict[int, str] = {}
+    for entry in report.markers:
+        shown = "missing" if entry.id is None else str(entry.id)
+        special = "-" if entry.special is None else ("yes" if entry.special else "no")
+        out.append(f"  {entry.marker:<{width}}  {shown:>8}  {special:<7}  {_yes_no(entry.atomic)}")
+        if entry.id is not None:
+            names[entry.id] = entry.marker
+    out.append("")
+    if report.stop_token_ids is None:
+        stops = "unknown"
+    else:
+        stops = ", ".join(
+            f"{i} {names[i]}" if i in names else str(i) for i in report.stop_token_ids
+        )
+    if report.embedding_size is None:
+        embedding = "unknown"
+    else:
+        covers = report.embedding_size > report.max_token_id
+        embedding = f"{report.embedding_size:,} rows ({'covers' if covers else 'does NOT cover'}"
+        embedding += f" the largest ID {report.max_token_id:,})"
+    template = {
+        "qwen3.8": "the official Qwen 3.8 template",
+        "other": "ANOTHER template",
+        "absent": "MISSING",
+    }.get(report.template, report.template)
+    if report.template_sha256:
+        template += f" (sha256 {report.template_sha256[:12]}…)"
+    rows = [
+        ("vocabulary", f"{report.vocab_size:,} tokens (largest ID {report.max_token_id:,})"),
+        ("normalizer", report.normalizer),
+        ("pre-tokenizer", report.pre_tokenizer),
+        ("BOS", report.bos),
+        ("stop tokens", stops),
+        ("embedding", embedding),
+        ("chat template", template),
+    ]
+    label = max(len(name) for name, _ in rows)
+    out.extend(f"{name:<{label}}  {value}" for name, value in rows)
+    out.append("")
+    if report.ok:
+        out.append("OK: this checkpoint carries the Qwen 3.8 protocol.")
+    else:
+        out.append(f"NOT OK: {len(report.problems)} problem(s):")
+        out.extend(f"  - {problem}" for problem in report.problems)
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# parse
+
+
+def _load_tools(path: str | None) -> Any:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tools = json.load(handle)
+    except OSError as error:
+        raise UsageError(f"--tools: cannot read {path}: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"--tools: {path} is not JSON: {error}") from None
+    if isinstance(tools, dict) and isinstance(tools.get("tools"), list):
+        tools = tools["tools"]  # a request body holding the tools list
+    from .parser import parse_completion
+
+    try:
+        parse_completion("", tools=tools)  # builds the schema lookup: rejects a malformed list
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--tools: {path}: {error}") from None
+    return tools
+
+
+class _Parser:
+    """Parses completion lines; loads the vocabulary only when a line carries token IDs."""
+
+    def __init__(self, args: argparse.Namespace, tools: Any) -> None:
+        self.model = args.model
+        self.tools = tools
+        self.thinking = not args.no_thinking
+        self._encoder: Encoder | None = None
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            self._encoder = _load_encoder(self.model or DEFAULT_MODEL)
+        return self._encoder
+
+    def record(self, value: Any, line: int) -> dict[str, Any]:
+        from .parser import parse_completion
+
+        output: str | list[int]
+        if isinstance(value, str):
+            output = _strip_stop_text(value)
+            completion = parse_completion(output, tools=self.tools, thinking=self.thinking)
+        elif isinstance(value, dict):
+            has_text, has_ids = "text" in value, "output_ids" in value
+            if has_text == has_ids:
+                raise LineError(
+                    "RequestError", 'expected an object with either "text" or "output_ids"'
+                )
+            if has_text:
+                text = value["text"]
+                if not isinstance(text, str):
+                    raise LineError(
+                        "RequestError", f'"text" must be a string, got {_json_type(text)}'
+                    )
+                completion = parse_completion(
+                    _strip_stop_text(text), tools=self.tools, thinking=self.thinking
+                )
+            else:
+                ids = value["output_ids"]
+                if not isinstance(ids, list) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+                ):
+                    raise LineError(
+                        "RequestError", '"output_ids" must be a list of non-negative integers'
+                    )
+                encoder = self.encoder
+                size = encoder.vocabulary.tokenizer.get_vocab_size(with_added_tokens=True)
+                unknown = [i for i in ids if encoder.vocabulary.tokenizer.id_to_token(i) is None]
+                if unknown:
+                    raise LineError(
+                        "RequestError",
+                        f"output_ids {unknown[:5]} are not tokens of this vocabulary "
+                        f"({size:,} tokens): is --model the model that generated them?",
+                    )
+                completion = parse_completion(
+                    _strip_stop_ids(ids, encoder),
+                    tools=self.tools,
+                    thinking=self.thinking,
+                    encoder=encoder,
+                )
+        else:
+            raise LineError(
+                "RequestError",
+                'expected a JSON string (completion text) or an object with "text" or '
+                f'"output_ids", got a JSON {_json_type(value)}',
+            )
+        message = completion.to_message()
+        if "tool_calls" in message:
+            # The protocol carries no call IDs; deterministic ones let tool results refer back.
+            message["tool_calls"] = [
+                {"id": f"call_{line}_{j}", **call} for j, call in enumerate(message["tool_calls"])
+            ]
+        record: dict[str, Any] = {"message": message}
+        if completion.unterminated is not None:
+            record["unterminated"] = completion.unterminated
+        return record
+
+
+def _strip_stop_text(text: str) -> str:
+    """Drop the stop marker a completion may end with (engines report it with
+    skip_special_tokens=False; a render of a closed turn has it): it ends the turn, it is not
+    content."""
+    end = text.rstrip()
+    for marker in (mk.TURN_CLOSE, mk.END_OF_TEXT):
+        if end.endswith(marker):
+            return end[: -len(marker)]
+    return text
+
+
+def _strip_stop_ids(ids: list[int], encoder: Encoder) -> list[int]:
+    stops = {encoder.marker_ids[mk.TURN_CLOSE], encoder.marker_ids[mk.END_OF_TEXT]}
+    stops.update(encoder.report.stop_token_ids or ())
+    # vLLM's output token_ids end with the stop token that ended generation.
+    return ids[:-1] if ids and ids[-1] in stops else ids
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    tools = _load_tools(args.tools)
+    parser = _Parser(args, tools)
+    if args.model is not None:
+        parser.encoder  # noqa: B018 - an explicit --model is checked before any output
+    tally = Tally("parse")
+    with _line_job(args, "parse") as (chunks, output, progress):
+        for chunk in chunks:
+            for line in chunk:
+                try:
+                    if line.error is not None:
+                        raise line.error
+                    record = parser.record(line.value, line.number)
+                except UsageError:
+                    raise  # the vocabulary for output_ids cannot be loaded: nothing to do
+                except Exception as error:
+                    record = _error_record(error, line.number)
+                tally.record(record, line.number)
+                output.write(_dump(record))
+            progress.lines_done(len(chunk))
+            output.flush()
+        output.commit()
+    return tally.report()
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+
+ENCODE_HELP = f"""\
+Encode chat requests to token IDs, exactly as the checkpoint's chat template + tokenizer would.
+
+INPUT is JSON Lines (default: stdin), one request per line in the shape of vLLM's /tokenize chat
+request: "messages", "tools", "add_generation_prompt" (default true), "continue_final_message",
+"chat_template_kwargs" ({", ".join(TEMPLATE_KWARGS[:2])},
+{", ".join(TEMPLATE_KWARGS[2:])}) and a top-level "reasoning_effort" as OpenAI clients send it.
+"return_token_strs": true adds "token_strs" (vLLM's token strings) to the answer.
+"model", "add_special_tokens" and "mm_processor_kwargs" are accepted and do not change the IDs;
+other unknown fields are ignored with a warning; unknown chat_template_kwargs are an error.
+
+Output line i answers input line i:
+  {{"input_ids": [...], "num_tokens": n}}            (+ "assistant_mask": [0/1...] if asked)
+  {{"error": {{"type": ..., "message": ..., "line": i}}}}   (a bad line, in place)
+A blank line is an error line too (dropping it would shift every later answer).
+Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise.
+
+--format npz writes padded arrays input_ids, attention_mask, assistant_mask (one row per
+successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each
+row, since failed lines have no row (their errors go to stderr).
+"""
+
+ENCODE_EXAMPLE = f"""\
+examples:
+  {PROG} encode --model {TINY_FIXTURE} examples/chat.jsonl
+  {PROG} encode --model {DEFAULT_MODEL} requests.jsonl -o ids.jsonl --assistant-mask
+  {PROG} encode --model ./my-checkpoint train.jsonl --format npz -o train.npz
+  echo '{{"messages": [{{"role": "user", "content": "Hi"}}]}}' | {PROG} encode --model ./ckpt
+"""
+
+RENDER_HELP = """\
+Render chat requests (same input as `encode`) to the prompt text the chat template produces.
+
+Output line i answers input line i: {"prompt": "<text>"} or {"error": {...}} (exit codes as for
+`encode`). With --segments the prompts are shown for people: protocol markers are highlighted
+(inverse colour on a terminal, ⟦<|im_end|>⟧ otherwise; a ⟦ in text is doubled), so a marker typed
+by a user shows as plain text, the way `encode` treats it.
+
+No vocabulary is needed. --model, when given, checks that the checkpoint carries the Qwen 3.8
+template (a warning on stderr if not).
+"""
+
+RENDER_EXAMPLE = f"""\
+examples:
+  {PROG} render examples/chat.jsonl
+  {PROG} render --segments examples/chat.jsonl | less -R
+"""
+
+VALIDATE_HELP = """\
+Check that a checkpoint's vocabulary carries the Qwen 3.8 protocol: every marker an atomic added
+token with the right flags, tokenizer_config.json in agreement, the official chat template,
+stop tokens including <|im_end|>, an embedding covering every token ID.
+
+SRC is a local folder, a tokenizer.json path or a hub repo id (only tokenizer files are fetched).
+Exit 0 when the checkpoint carries the protocol, 1 when it does not or cannot be read.
+"""
+
+VALIDATE_EXAMPLE = f"""\
+examples:
+  {PROG} validate {TINY_FIXTURE}
+  {PROG} validate {DEFAULT_MODEL} --json
+"""
+
+PARSE_HELP = """\
+Parse model completions into assistant messages in OpenAI shape.
+
+INPUT is JSON Lines (default: stdin): a JSON string (the completion text), {"text": "..."}, or
+{"output_ids": [...]} (token IDs as the engine returned them; decoded with --model). A trailing
+<|im_end|> / <|endoftext|> (or stop token ID) is dropped. The prompt is assumed to end with the
+generation primer, which leaves <think> open: pass --no-thinking when it was rendered with
+enable_thinking false.
+
+Output line i answers input line i:
+  {"message": {"role": "assistant", "content": ..., "reasoning_content": ...,
+               "tool_calls": [{"id": "call_<line>_<k>", "type": "function",
+                               "function": {"name": ..., "arguments": "<JSON text>"}}]}}
+  (+ "unterminated": "<tool_call>..." when the output was cut inside a call)
+  {"error": {"type": ..., "message": ..., "line": i}}
+Exit codes as for `encode`. --tools FILE (a JSON list of tools) types parameter values by
+their schema; without it a value is JSON when it parses, else a string.
+"""
+
+PARSE_EXAMPLE = f"""\
+examples:
+  {PROG} parse examples/completions.jsonl --tools examples/tools.json
+  {PROG} parse --model {TINY_FIXTURE} outputs.jsonl -o messages.jsonl
+"""
+
+MAIN_HELP = f"""\
+Exact, injection-safe Qwen 3.8 prompt encoding and completion parsing.
+
+--model defaults to {DEFAULT_MODEL} (resolved through the Hugging Face hub cache; only
+tokenizer files are fetched). {TINY_FIXTURE} is a small bundled vocabulary with the same
+layout whose token IDs differ from the real ones: every command runs on it offline.
+"""
+
+
+def _add_model(parser: argparse.ArgumentParser, default: str | None, note: str) -> None:
+    parser.add_argument(
+        "--model",
+        metavar="SRC",
+        default=default,
+        help=f"checkpoint: local folder, tokenizer.json path or hub repo id ({note})",
+    )
+
+
+def _add_io(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "input", nargs="?", default="-", metavar="INPUT", help="JSON Lines file (default: stdin)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUTPUT",
+        help="output file, written atomically (default: stdout)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown only on a terminal)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=MAIN_HELP, formatter_class=_Formatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    def command(name: str, summary: str, description: str, example: str) -> Any:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=example,
+            formatter_class=_Formatter,
+        )
+
+    encode = command("encode", "chat requests (JSONL) -> token IDs", ENCODE_HELP, ENCODE_EXAMPLE)
+    _add_io(encode)
+    _add_model(encode, DEFAULT_MODEL, f"default {DEFAULT_MODEL}")
+    encode.add_argument(
+        "--markers-in-text",
+        choices=("literal", "reject", "atomic"),
+        default="literal",
+        help="caller text spelling a control token: encode it as text (default), fail the line, "
+        "or make it the control token as transformers does",
+    )
+    encode.add_argument(
+        "--assistant-mask",
+        action="store_true",
+        help="add assistant_mask (1 on the tokens a fine-tuning run trains on)",
+    )
+    encode.add_argument(
+        "--format",
+        choices=("jsonl", "npz"),
+        default="jsonl",
+        help="JSON Lines (default), or padded NumPy arrays (see above)",
+    )
+    encode.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH,
+        metavar="N",
+        help=f"lines per parallel encoding batch (default {DEFAULT_BATCH})",
+    )
+    encode.set_defaults(run=cmd_encode)
+
+    render = command("render", "chat requests (JSONL) -> prompt text", RENDER_HELP, RENDER_EXAMPLE)
+    _add_io(render)
+    _add_model(render, None, "optional: checks that its chat template is the Qwen 3.8 one")
+    render.add_argument(
+        "--segments", action="store_true", help="show markers distinguishably from text"
+    )
+    render.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour for --segments (auto: on a terminal, unless NO_COLOR is set)",
+    )
+    render.set_defaults(run=cmd_render)
+
+    validate = command(
+        "validate", "check a checkpoint's vocabulary", VALIDATE_HELP, VALIDATE_EXAMPLE
+    )
+    validate.add_argument("source", metavar="SRC", help="checkpoint folder or hub repo id")
+    validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.set_defaults(run=cmd_validate)
+
+    parse = command("parse", "completions -> assistant messages", PARSE_HELP, PARSE_EXAMPLE)
+    _add_io(parse)
+    _add_model(parse, None, f"for output_ids lines; default {DEFAULT_MODEL}")
+    parse.add_argument(
+        "--tools", metavar="FILE", help="JSON list of tools: types parameter values by schema"
+    )
+    parse.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="the prompt was rendered with enable_thinking false (no open <think>)",
+    )
+    parse.set_defaults(run=cmd_parse)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except UsageError as error:
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error of ours. Point stdout at /dev/null so the
+        # interpreter's final flush does not raise again.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except OSError as error:  # writing the output failed (disk full, stdout closed, ...)
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except QwenEncodeError as error:  # anything not tied to one line, reported without traceback
+        print(f"{PROG} {args.command}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
