@@ -1,8 +1,9 @@
 """qwen-encode: exact, injection-safe Qwen 3.8 prompt encoding and completion parsing."""
 
 from . import markers
+from .checkpoint import CheckpointFiles, resolve_checkpoint
 from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
-from .encoder import Encoder, Encoding, MarkersInText
+from .encoder import Encoder, Encoding, EngineName, MarkersInText
 from .errors import (
     CheckpointError,
     MarkerInTextError,
@@ -10,6 +11,18 @@ from .errors import (
     PromptError,
     QwenEncodeError,
     VocabularyError,
+)
+from .parser import (
+    Completion,
+    ContentDelta,
+    MarkerEncoder,
+    ReasoningDelta,
+    StreamEvent,
+    StreamParser,
+    ToolCallEvent,
+    parse_completion,
+    parse_tool_call,
+    typed_parameter_value,
 )
 from .protocol import (
     Prompt,
@@ -25,34 +38,59 @@ from .protocol import (
     serialize_tool_signatures,
     tools_section,
 )
+from .vocabulary import (
+    MarkerEntry,
+    ValidationReport,
+    Vocabulary,
+    load_vocabulary,
+    validate_checkpoint,
+)
 
 __all__ = [
     "CheckpointError",
+    "CheckpointFiles",
+    "Completion",
+    "ContentDelta",
     "Encoder",
     "Encoding",
+    "EngineName",
     "ImageBlock",
+    "MarkerEncoder",
+    "MarkerEntry",
     "MarkerInTextError",
     "MarkersInText",
     "ParseError",
     "Prompt",
     "PromptError",
     "QwenEncodeError",
+    "ReasoningDelta",
     "ReasoningEffort",
     "Segment",
     "Special",
+    "StreamEvent",
+    "StreamParser",
     "Text",
     "TextBlock",
     "ToolCall",
+    "ToolCallEvent",
     "Turn",
+    "ValidationReport",
     "VideoBlock",
+    "Vocabulary",
     "VocabularyError",
     "format_prompt",
     "format_tool_call",
     "format_turn",
+    "load_vocabulary",
     "markers",
+    "parse_completion",
+    "parse_tool_call",
     "reasoning_effort_from_scale",
     "reasoning_instruction",
+    "resolve_checkpoint",
     "serialize_tool_signatures",
     "tools_section",
     "turns_from_messages",
+    "typed_parameter_value",
+    "validate_checkpoint",
 ]

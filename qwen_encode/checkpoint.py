@@ -149,6 +149,7 @@ def _resolve_hub(
 ) -> CheckpointFiles:
     # Imported here: it costs ~0.3 s and local checkpoints never need it.
     import huggingface_hub
+    import huggingface_hub.constants  # the lazy top-level module does not expose it (2.x)
     from huggingface_hub.utils import (
         GatedRepoError,
         HfHubHTTPError,

@@ -357,3 +357,24 @@ def test_repo_id_shape() -> None:
     assert shaped("org_1/name.v2")
     for text in ("./x/y", "/abs/x", "~/x", ".hidden/x", "a/b/c", "single", "a/", "/b"):
         assert not shaped(text), text
+
+
+def test_hub_resolution_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """In this test process huggingface_hub.constants is already imported, which hid a bug:
+    huggingface_hub 2.x's lazy top-level module does not expose ``constants`` by itself."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from qwen_encode.checkpoint import resolve_checkpoint\n"
+        "from qwen_encode.errors import CheckpointError\n"
+        "try:\n"
+        f"    resolve_checkpoint('Org/Absent', cache_dir={str(tmp_path)!r}, local_files_only=True)\n"
+        "except CheckpointError as error:\n"
+        "    print('CheckpointError', error)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("CheckpointError Org/Absent (revision main)")

@@ -1,0 +1,301 @@
+"""Benchmark: qwen-encode against transformers and raw tokenizers, in one process.
+
+    python scripts/bench.py [--model ../shared/checkpoints/qwen3.8-27b] [--conversations 1000]
+                            [--runs 5] [--skip-cold]
+
+Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against transformers'
+``apply_chat_template(tokenize=True)``, plus the commit measured. Sections:
+1. transformers apply_chat_template(tokenize=True), per conversation
+2. tokenizers encode_batch on the pre-rendered strings
+3. qwen-encode per conversation and batched, per engine (run cache cleared before every run)
+4. incremental chat: one conversation grown to 64 turns, input_ids after every turn
+5. cold start: process start to the first input_ids of one short request (subprocesses)
+6. load + validate of the vocabulary, per engine (subprocesses, with peak RSS)
+
+The corpus is generated deterministically: multi-turn, multilingual, code, reasoning, tools in
+half of the conversations, fine-tuning-like sizes, and words drawn at random so that no cache
+is flattered by repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import qwen_encode as qe  # noqa: E402
+
+# -- corpus ------------------------------------------------------------------------------------
+
+_LATIN = "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro"
+_SCRIPTS = [
+    _LATIN.split(),
+    "ва ве ви во ву ка ке ки ко ку ла ле ли ло лу ма ме ми мо му на не ни но ну ра ре ри ро".split(),
+    [chr(c) for c in range(0x4E00, 0x4E00 + 3000, 7)],
+    "با بي بو تا تي تو سا سي سو لا لي لو ما مي مو نا ني نو".split(),
+    "का कि की कु के को ना नि नी नु ने नो मा मि मी मु मे मो".split(),
+]
+
+
+def _words(rng: random.Random, n: int) -> str:
+    script = rng.choices(_SCRIPTS, weights=[6, 1, 2, 1, 1])[0]
+    joiner = "" if script is _SCRIPTS[2] else " "
+    out = []
+    for i in range(n):
+        word = "".join(rng.choice(script) for _ in range(rng.randint(1, 4)))
+        if i % rng.randint(8, 15) == 0:
+            word += rng.choice([".", ",", "?", "!", ":", ";"]) + (" " if joiner else "")
+        if rng.random() < 0.03:
+            word += "\n\n"
+        if rng.random() < 0.05:
+            word = str(rng.randint(0, 10**rng.randint(1, 7)))
+        out.append(word)
+    return joiner.join(out)
+
+
+def _code(rng: random.Random, lines: int) -> str:
+    names = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
+             for _ in range(8)]
+    body = [f"def {names[0]}({names[1]}, {names[2]}=None):"]
+    for _ in range(lines):
+        indent = "    " * rng.randint(1, 3)
+        a, b = rng.sample(names, 2)
+        body.append(rng.choice([
+            f"{indent}{a} = {b}[{rng.randint(0, 99)}] + {rng.random():.4f}",
+            f"{indent}if {a} is not None and len({b}) > {rng.randint(1, 9)}:",
+            f'{indent}return {{"{a}": {b}, "n": {rng.randint(0, 999)}}}',
+            f"{indent}for {a} in range({rng.randint(2, 64)}):  # {_words(rng, 4)}",
+        ]))
+    return "```python\n" + "\n".join(body) + "\n```"
+
+
+def _tool(rng: random.Random, i: int) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": f"tool_{i}_{rng.randint(0, 10**6)}",
+        "description": _words(rng, rng.randint(8, 30)),
+        "parameters": {"type": "object", "properties": {
+            f"p{j}": {"type": rng.choice(["string", "integer", "array", "object"]),
+                      "description": _words(rng, 6)} for j in range(rng.randint(1, 4))}},
+    }}
+
+
+def make_corpus(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    corpus = []
+    for _ in range(count):
+        tools = [_tool(rng, i) for i in range(rng.randint(1, 4))] if rng.random() < 0.5 else None
+        messages: list[dict[str, Any]] = []
+        if rng.random() < 0.6:
+            messages.append({"role": "system", "content": _words(rng, rng.randint(10, 120))})
+        for _ in range(rng.randint(1, 5)):
+            user = _words(rng, rng.randint(10, 250))
+            if rng.random() < 0.3:
+                user += "\n\n" + _code(rng, rng.randint(3, 25))
+            messages.append({"role": "user", "content": user})
+            if tools and rng.random() < 0.5:
+                calls = [{"type": "function", "function": {
+                    "name": t["function"]["name"],
+                    "arguments": {k: _words(rng, 3) if v["type"] == "string" else rng.randint(0, 99)
+                                  for k, v in t["function"]["parameters"]["properties"].items()}}}
+                    for t in rng.sample(tools, rng.randint(1, len(tools)))]
+                messages.append({"role": "assistant", "content": _words(rng, rng.randint(0, 30)),
+                                 "reasoning_content": _words(rng, rng.randint(20, 200)),
+                                 "tool_calls": calls})
+                for _ in calls:
+                    messages.append({"role": "tool", "content": _words(rng, rng.randint(5, 150))})
+            answer = _words(rng, rng.randint(30, 500))
+            if rng.random() < 0.3:
+                answer += "\n\n" + _code(rng, rng.randint(5, 30))
+            messages.append({"role": "assistant", "content": answer,
+                             "reasoning_content": _words(rng, rng.randint(20, 400))})
+        corpus.append({"messages": messages, "tools": tools})
+    return corpus
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+def _median_runs(tasks: dict[str, Callable[[], int]], runs: int) -> dict[str, tuple[float, int]]:
+    """Run every task ``runs`` times, alternating between tasks; median seconds and tokens."""
+    times: dict[str, list[float]] = {name: [] for name in tasks}
+    tokens: dict[str, int] = {}
+    for _ in range(runs):
+        for name, task in tasks.items():
+            start = time.perf_counter()
+            tokens[name] = task()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), tokens[name]) for name in tasks}
+
+
+def _subprocess_median(code: str, runs: int) -> tuple[float, float]:
+    """Median wall seconds and peak RSS (MB) of ``python -c code`` over ``runs`` runs."""
+    wrapper = (
+        "import time, resource, sys; _t = time.perf_counter()\n"
+        + code
+        + "\nprint(time.perf_counter() - _t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    seconds, rss = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
+                             check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                                              "TRANSFORMERS_VERBOSITY": "error"})
+        seconds.append(time.perf_counter() - start)
+        rss.append(float(out.stdout.split()[-1]) / 1024)
+    return statistics.median(seconds), statistics.median(rss)
+
+
+def _row(name: str, seconds: float, tokens: int, baseline: float | None) -> str:
+    ratio = f"{baseline / seconds:6.2f}x" if baseline else "      "
+    return f"  {name:<44} {seconds * 1000:9.1f} ms {tokens / seconds / 1e6:8.2f} M tok/s {ratio}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=str(ROOT.parent / "shared/checkpoints/qwen3.8-27b"))
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--skip-cold", action="store_true", help="skip sections 5 and 6")
+    args = parser.parse_args()
+    model = str(Path(args.model).resolve())
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    print(f"qwen-encode bench, commit {commit}{' (+uncommitted changes)' if dirty else ''}")
+
+    corpus = make_corpus(args.conversations)
+    encoders = {
+        "tokenizers": qe.Encoder.from_pretrained(model, engine="tokenizers"),
+    }
+    try:
+        encoders["fastokens"] = qe.Encoder.from_pretrained(model, engine="fastokens")
+        if encoders["fastokens"].engine != "fastokens":
+            del encoders["fastokens"]
+    except Exception as error:  # pragma: no cover - platform without fastokens
+        print(f"  fastokens unavailable: {error}")
+    reference = encoders["tokenizers"]
+    rendered = [qe.format_prompt(c["messages"], tools=c["tools"]).text for c in corpus]
+    tokens = sum(len(e) for e in reference.encode_batch(
+        [qe.format_prompt(c["messages"], tools=c["tools"]) for c in corpus]))
+    print(f"corpus: {len(corpus)} conversations, {tokens} tokens "
+          f"({tokens / len(corpus):.0f} per conversation)\n")
+
+    tasks: dict[str, Callable[[], int]] = {}
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        hf = AutoTokenizer.from_pretrained(model)
+
+        def transformers_task() -> int:
+            return sum(len(hf.apply_chat_template(c["messages"], tools=c["tools"], tokenize=True,
+                                                  return_dict=False, add_generation_prompt=True))
+                       for c in corpus)
+
+        tasks["1. transformers apply_chat_template"] = transformers_task
+    except ImportError:
+        print("  transformers not installed: ratios are against tokenizers")
+    raw = reference.vocabulary.tokenizer
+    tasks["2. tokenizers encode_batch (pre-rendered)"] = lambda: sum(
+        len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False))
+    for name, encoder in encoders.items():
+        def per_conversation(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            return sum(len(encoder.encode_messages(c["messages"], tools=c["tools"]))
+                       for c in corpus)
+
+        def batched(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            prompts = [qe.format_prompt(c["messages"], tools=c["tools"]) for c in corpus]
+            return sum(len(e) for e in encoder.encode_batch(prompts))
+
+        tasks[f"3. qwen-encode per conversation [{name}]"] = per_conversation
+        tasks[f"3. qwen-encode batched [{name}]"] = batched
+    results = _median_runs(tasks, args.runs)
+    baseline_name = next(iter(results))
+    baseline = results[baseline_name][0]
+    print(f"throughput (median of {args.runs} alternating runs; ratio = speed vs {baseline_name}):")
+    for name, (seconds, count) in results.items():
+        print(_row(name, seconds, count, baseline))
+
+    # 4. incremental chat
+    chat = make_corpus(64, seed=64)
+    grown: list[dict[str, Any]] = []
+    for conversation in chat:
+        grown.extend(m for m in conversation["messages"] if m["role"] in ("user", "assistant")
+                     and not m.get("tool_calls"))
+        if len(grown) >= 64:
+            break
+    grown = grown[:64]
+    steps = [grown[: i + 1] for i in range(len(grown)) if grown[i]["role"] == "user"]
+    chat_tasks: dict[str, Callable[[], int]] = {}
+    if "1. transformers apply_chat_template" in tasks:
+        chat_tasks["4. transformers, whole history every turn"] = lambda: sum(
+            len(hf.apply_chat_template(s, tokenize=True, return_dict=False,
+                                       add_generation_prompt=True)) for s in steps)
+    for name, encoder in encoders.items():
+        def session_task(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            session = encoder.chat()
+            total = 0
+            for message in grown:
+                session.append(message)
+                if message["role"] == "user":
+                    total += len(session.encoding())
+            return total
+
+        chat_tasks[f"4. qwen-encode chat session [{name}]"] = session_task
+    results = _median_runs(chat_tasks, args.runs)
+    baseline = next(iter(results.values()))[0]
+    print(f"\nincremental chat ({len(grown)} turns, input_ids after each of {len(steps)} user turns):")
+    for name, (seconds, count) in results.items():
+        print(_row(name, seconds, count, baseline))
+
+    if args.skip_cold:
+        return
+    cold_runs = max(3, args.runs)
+    request = "[{'role': 'user', 'content': 'What is the capital of France?'}]"
+    cold = {
+        "5. transformers": (
+            "from transformers import AutoTokenizer\n"
+            f"t = AutoTokenizer.from_pretrained({model!r})\n"
+            f"ids = t.apply_chat_template({request}, tokenize=True, add_generation_prompt=True)"
+        ),
+        "5. qwen-encode": (
+            "import qwen_encode as qe\n"
+            f"e = qe.Encoder.from_pretrained({model!r})\n"
+            f"ids = e.encode_messages({request}).input_ids"
+        ),
+        "6. load+validate [tokenizers]": (
+            "import qwen_encode as qe\n"
+            f"e = qe.Encoder.from_pretrained({model!r}, engine='tokenizers')"
+        ),
+        "6. load+validate [fastokens]": (
+            "import qwen_encode as qe\n"
+            f"e = qe.Encoder.from_pretrained({model!r}, engine='fastokens')"
+        ),
+        "6. tokenizers.Tokenizer.from_file alone": (
+            "import tokenizers\n"
+            f"t = tokenizers.Tokenizer.from_file({model + '/tokenizer.json'!r})"
+        ),
+    }
+    print(f"\ncold start and load (subprocesses, median of {cold_runs}):")
+    for name, code in cold.items():
+        seconds, rss = _subprocess_median(code, cold_runs)
+        print(f"  {name:<44} {seconds:7.2f} s  peak RSS {rss:6.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
