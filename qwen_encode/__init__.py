@@ -3,7 +3,7 @@
 from . import markers
 from .checkpoint import CheckpointFiles, resolve_checkpoint
 from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
-from .encoder import Encoder, Encoding, EngineName, MarkersInText
+from .encoder import ChatSession, Encoder, Encoding, EngineName, MarkersInText
 from .errors import (
     CheckpointError,
     MarkerInTextError,
@@ -26,15 +26,19 @@ from .parser import (
 )
 from .protocol import (
     Prompt,
+    PromptPlan,
     ReasoningEffort,
     Segment,
     Special,
     Text,
+    TurnLayout,
     format_prompt,
     format_tool_call,
     format_turn,
+    plan_prompt,
     reasoning_effort_from_scale,
     reasoning_instruction,
+    render_turn,
     serialize_tool_signatures,
     tools_section,
 )
@@ -47,6 +51,7 @@ from .vocabulary import (
 )
 
 __all__ = [
+    "ChatSession",
     "CheckpointError",
     "CheckpointFiles",
     "Completion",
@@ -62,6 +67,7 @@ __all__ = [
     "ParseError",
     "Prompt",
     "PromptError",
+    "PromptPlan",
     "QwenEncodeError",
     "ReasoningDelta",
     "ReasoningEffort",
@@ -74,6 +80,7 @@ __all__ = [
     "ToolCall",
     "ToolCallEvent",
     "Turn",
+    "TurnLayout",
     "ValidationReport",
     "VideoBlock",
     "Vocabulary",
@@ -85,8 +92,10 @@ __all__ = [
     "markers",
     "parse_completion",
     "parse_tool_call",
+    "plan_prompt",
     "reasoning_effort_from_scale",
     "reasoning_instruction",
+    "render_turn",
     "resolve_checkpoint",
     "serialize_tool_signatures",
     "tools_section",

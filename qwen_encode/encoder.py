@@ -25,12 +25,22 @@ from tokenizers import Tokenizer
 
 from . import markers as mk
 from .checkpoint import resolve_checkpoint
+from .conversation import Turn, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens
-from .errors import MarkerInTextError
-from .protocol import Prompt, Special, Text, format_prompt
+from .errors import MarkerInTextError, PromptError
+from .protocol import (
+    Prompt,
+    ReasoningEffort,
+    Special,
+    Text,
+    TurnLayout,
+    format_prompt,
+    plan_prompt,
+    render_turn,
+)
 from .vocabulary import ValidationReport, Vocabulary, load_vocabulary
 
-__all__ = ["Encoder", "Encoding", "EngineName", "MarkersInText"]
+__all__ = ["ChatSession", "Encoder", "Encoding", "EngineName", "MarkersInText"]
 
 MarkersInText: TypeAlias = Literal["literal", "reject", "atomic"]
 _MODES: tuple[str, ...] = ("literal", "reject", "atomic")
@@ -205,6 +215,32 @@ class Encoder:
             messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs
         )
         return self.encode(prompt)
+
+    def chat(
+        self,
+        tools: Sequence[Mapping[str, Any] | str] | str | None = None,
+        *,
+        enable_thinking: bool = True,
+        reasoning_effort: ReasoningEffort | str | None = None,
+        preserve_thinking: bool = True,
+        add_generation_prompt: bool = True,
+        add_vision_id: bool = False,
+    ) -> ChatSession:
+        """A conversation to grow one message at a time, re-encoding only what changed."""
+        return ChatSession(
+            self,
+            tools,
+            enable_thinking=enable_thinking,
+            reasoning_effort=reasoning_effort,
+            preserve_thinking=preserve_thinking,
+            add_generation_prompt=add_generation_prompt,
+            add_vision_id=add_vision_id,
+        )
+
+    def clear_cache(self) -> None:
+        """Forget the IDs of text runs encoded so far."""
+        self._cache.clear()
+        self._cache_bytes = 0
 
     def encode_batch(self, prompts: Sequence[Prompt]) -> list[Encoding]:
         """Encode many prompts; all their new text goes through the engine's parallel batch
@@ -385,3 +421,100 @@ class Encoder:
             turns.append(part[1])
             trained.append(part[2])
             lengths.append(1)
+
+
+class ChatSession:
+    """A conversation that grows one message at a time, for servers that need input_ids after
+    every turn.
+
+    ``encoding()`` costs what the new turn costs: every earlier turn keeps its IDs unless the new
+    one changes how it renders, and then only that turn is encoded again. Two things do: with
+    ``preserve_thinking=False`` a new real user query drops the reasoning of the assistant turns
+    before it, and a tool result that follows another moves the ``<|im_end|>`` of their shared
+    user turn. The result is the same as ``encoder.encode(format_prompt(turns, ...))``: turns
+    always begin and end on a marker, so no text run spans two of them, and each turn's layout
+    is recomputed from the whole conversation every time.
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        tools: Sequence[Mapping[str, Any] | str] | str | None = None,
+        *,
+        enable_thinking: bool = True,
+        reasoning_effort: ReasoningEffort | str | None = None,
+        preserve_thinking: bool = True,
+        add_generation_prompt: bool = True,
+        add_vision_id: bool = False,
+    ):
+        self._encoder = encoder
+        self._options: dict[str, Any] = {
+            "tools": tools,
+            "enable_thinking": enable_thinking,
+            "reasoning_effort": reasoning_effort,
+            "preserve_thinking": preserve_thinking,
+            "add_generation_prompt": add_generation_prompt,
+            "add_vision_id": add_vision_id,
+        }
+        self._turns: list[Turn] = []
+        # Per turn: the layout it was encoded with, and its arrays.
+        self._encoded: list[tuple[TurnLayout, Encoding]] = []
+        self._edges: dict[tuple[Any, ...], Encoding] = {}  # head and tail, by their segments
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return tuple(self._turns)
+
+    def append(self, message: Turn | Mapping[str, Any]) -> None:
+        """Add one message (checked as ``turns_from_messages`` checks it). Rules that depend on
+        the whole conversation are checked by ``encoding()``."""
+        try:
+            (turn,) = turns_from_messages([message])
+        except PromptError as error:
+            raise PromptError(
+                error.reason, message_index=len(self._turns), field=error.field
+            ) from None
+        self._turns.append(turn)
+
+    def extend(self, messages: Iterable[Turn | Mapping[str, Any]]) -> None:
+        for message in messages:
+            self.append(message)
+
+    def pop(self) -> Turn:
+        """Remove and return the last message (e.g. after ``encoding()`` refused it)."""
+        turn = self._turns.pop()
+        del self._encoded[len(self._turns) :]
+        return turn
+
+    def prompt(self) -> Prompt:
+        return format_prompt(self._turns, **self._options)
+
+    def encoding(self) -> Encoding:
+        """The conversation so far, encoded (with the generation primer when asked for)."""
+        plan = plan_prompt(self._turns, **self._options)
+        parts = [self._edge(plan.head)]
+        for index, (turn, layout) in enumerate(zip(self._turns, plan.layouts, strict=True)):
+            if index < len(self._encoded) and self._encoded[index][0] == layout:
+                parts.append(self._encoded[index][1])
+                continue
+            encoded = self._encoder.encode(
+                Prompt(render_turn(turn, index, layout, plan.add_vision_id))
+            )
+            if index < len(self._encoded):
+                self._encoded[index] = (layout, encoded)
+            else:
+                self._encoded.append((layout, encoded))
+            parts.append(encoded)
+        parts.append(self._edge(plan.tail))
+        return Encoding(
+            input_ids=np.concatenate([p.input_ids for p in parts]),
+            assistant_mask=np.concatenate([p.assistant_mask for p in parts]),
+            turn_index=np.concatenate([p.turn_index for p in parts]),
+        )
+
+    def _edge(self, segments: tuple[Any, ...]) -> Encoding:
+        if segments not in self._edges:
+            if len(self._edges) > 8:  # the head changes only if the first message does
+                self._edges.clear()
+            self._edges[segments] = self._encoder.encode(Prompt(segments))
+        return self._edges[segments]

@@ -28,15 +28,19 @@ from .errors import PromptError
 
 __all__ = [
     "Prompt",
+    "PromptPlan",
     "ReasoningEffort",
     "Segment",
     "Special",
     "Text",
+    "TurnLayout",
     "format_prompt",
     "format_tool_call",
     "format_turn",
+    "plan_prompt",
     "reasoning_effort_from_scale",
     "reasoning_instruction",
+    "render_turn",
     "serialize_tool_signatures",
     "tools_section",
 ]
@@ -569,6 +573,32 @@ def _with_turn(segment: Segment, index: int) -> Segment:
 # Whole prompts
 
 
+@dataclass(frozen=True, slots=True)
+class TurnLayout:
+    """What one turn's rendering depends on besides the turn itself: the rest of the
+    conversation decides these, and a turn renders the same whenever they are the same."""
+
+    keep_reasoning: bool = True  # show the <think> span (preserve_thinking / last real query)
+    opens_turn: bool = True  # a tool result that starts the user turn its run shares
+    closes_turn: bool = True  # a tool result that ends it
+    open_end: bool = False  # continue_final_message: left open after its content
+    images_before: int = 0  # vision ids are counted across the conversation
+    videos_before: int = 0
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """A conversation checked and laid out: the system turn (``head``), how each turn renders
+    (``layouts``) and the generation primer (``tail``). ``format_prompt`` is
+    ``head + render_turn(...) for each turn + tail``; a chat session re-renders only the turns
+    whose layout changed."""
+
+    head: tuple[Segment, ...]
+    layouts: tuple[TurnLayout, ...]
+    tail: tuple[Segment, ...]
+    add_vision_id: bool
+
+
 def format_prompt(
     turns: Iterable[Turn | Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any] | str] | str | None = None,
@@ -587,6 +617,35 @@ def format_prompt(
     continue (then ``add_generation_prompt`` is ignored).
     """
     turns = turns_from_messages(turns)
+    plan = plan_prompt(
+        turns,
+        tools=tools,
+        enable_thinking=enable_thinking,
+        reasoning_effort=reasoning_effort,
+        preserve_thinking=preserve_thinking,
+        add_generation_prompt=add_generation_prompt,
+        add_vision_id=add_vision_id,
+        continue_final_message=continue_final_message,
+    )
+    segments = list(plan.head)
+    for index, (turn, layout) in enumerate(zip(turns, plan.layouts, strict=True)):
+        segments.extend(render_turn(turn, index, layout, add_vision_id))
+    segments.extend(plan.tail)
+    return Prompt(tuple(segments))
+
+
+def plan_prompt(
+    turns: Sequence[Turn],
+    tools: Sequence[Mapping[str, Any] | str] | str | None = None,
+    enable_thinking: bool = True,
+    reasoning_effort: ReasoningEffort | str | None = None,
+    preserve_thinking: bool = True,
+    add_generation_prompt: bool = True,
+    add_vision_id: bool = False,
+    continue_final_message: bool = False,
+) -> PromptPlan:
+    """Check a conversation the way the template does, in the template's order, and lay it out.
+    Raises ``PromptError`` for everything ``format_prompt`` refuses."""
     for name, flag in (
         ("enable_thinking", enable_thinking),
         ("preserve_thinking", preserve_thinking),
@@ -617,62 +676,90 @@ def format_prompt(
             message_index=last,
         )
 
-    b = _Builder()
+    head = _Builder()
     first = turns[0]
     _system_segments(
-        b, first if first.role == "system" else None, instruction, tool_lines, add_vision_id
+        head, first if first.role == "system" else None, instruction, tool_lines, add_vision_id
     )
     last_query = _last_query_index(turns, add_vision_id, continue_final_message)
 
-    counter = _VisionCounter()
+    layouts = []
+    images = videos = 0
     for index, turn in enumerate(turns):
-        open_end = continue_final_message and index == last
-        if turn.role == "system":
-            # The main loop renders every message's content before looking at its role.
-            _content_segments(_Builder(), turn, index, counter, add_vision_id)
-            if index:
-                raise PromptError("System message must be at the beginning.", message_index=index)
-        elif turn.role == "user":
-            _user_segments(b, turn, index, counter, add_vision_id, open_end)
-        elif turn.role == "assistant":
-            keep = preserve_thinking or index > last_query
-            _assistant_segments(b, turn, index, keep, counter, add_vision_id, open_end)
-        else:
-            previous = turns[index - 1].role if index else None
-            if previous is None or previous == "system" or previous == "user":
-                raise PromptError(
-                    "a tool result must follow an assistant turn (the template would render it "
-                    "without one)",
-                    message_index=index,
-                )
-            _tool_segments(
-                b,
-                turn,
-                index,
-                counter,
-                add_vision_id,
+        previous = turns[index - 1].role if index else None
+        if turn.role == "system" and index:
+            raise PromptError("System message must be at the beginning.", message_index=index)
+        if turn.role == "tool" and previous in (None, "system", "user"):
+            raise PromptError(
+                "a tool result must follow an assistant turn (the template would render it "
+                "without one)",
+                message_index=index,
+            )
+        layouts.append(
+            TurnLayout(
+                keep_reasoning=preserve_thinking or index > last_query,
                 opens_turn=previous != "tool",
                 closes_turn=index == last or turns[index + 1].role != "tool",
-                open_end=open_end,
+                open_end=continue_final_message and index == last,
+                images_before=images,
+                videos_before=videos,
             )
-    if continue_final_message:
+        )
+        if isinstance(turn.content, tuple):
+            images += sum(isinstance(block, ImageBlock) for block in turn.content)
+            videos += sum(isinstance(block, VideoBlock) for block in turn.content)
+
+    tail = _Builder()
+    if add_generation_prompt and not continue_final_message:
+        tail.special(mk.TURN_OPEN)
+        tail.text("assistant\n")
+        # The primer leaves the reasoning span open while thinking, and closes an empty one when
+        # thinking is off, so the model answers directly.
+        tail.special(mk.THINK_OPEN)
+        if enable_thinking:
+            tail.text("\n")
+        else:
+            tail.text("\n\n")
+            tail.special(mk.THINK_CLOSE)
+            tail.text("\n\n")
+    return PromptPlan(
+        head=tuple(head.segments),
+        layouts=tuple(layouts),
+        tail=tuple(tail.segments),
+        add_vision_id=add_vision_id,
+    )
+
+
+def render_turn(
+    turn: Turn, index: int, layout: TurnLayout, add_vision_id: bool = False
+) -> tuple[Segment, ...]:
+    """The segments of one turn in its conversation (a leading system message renders in the
+    plan's head, so nothing here)."""
+    b = _Builder()
+    counter = _VisionCounter()
+    counter.images, counter.videos = layout.images_before, layout.videos_before
+    if turn.role == "user":
+        _user_segments(b, turn, index, counter, add_vision_id, layout.open_end)
+    elif turn.role == "assistant":
+        _assistant_segments(
+            b, turn, index, layout.keep_reasoning, counter, add_vision_id, layout.open_end
+        )
+    elif turn.role == "tool":
+        _tool_segments(
+            b,
+            turn,
+            index,
+            counter,
+            add_vision_id,
+            opens_turn=layout.opens_turn,
+            closes_turn=layout.closes_turn,
+            open_end=layout.open_end,
+        )
+    if layout.open_end:
         # transformers cuts the render where the final content ends and strips trailing
         # whitespace (so an empty final content also loses the '\n\n' after </think>).
         b.rstrip()
-    elif add_generation_prompt:
-        b.turn, b.trained = -1, False
-        b.special(mk.TURN_OPEN)
-        b.text("assistant\n")
-        # The primer leaves the reasoning span open while thinking, and closes an empty one when
-        # thinking is off, so the model answers directly.
-        b.special(mk.THINK_OPEN)
-        if enable_thinking:
-            b.text("\n")
-        else:
-            b.text("\n\n")
-            b.special(mk.THINK_CLOSE)
-            b.text("\n\n")
-    return b.prompt()
+    return tuple(b.segments)
 
 
 def _last_query_index(turns: Sequence[Turn], add_vision_id: bool, continuing: bool) -> int:
