@@ -39,10 +39,78 @@ import qwen_encode as qe  # noqa: E402
 _LATIN = "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro"
 _SCRIPTS = [
     _LATIN.split(),
-    "ва ве ви во ву ка ке ки ко ку ла ле ли ло лу ма ме ми мо му на не ни но ну ра ре ри ро".split(),
+    [
+        "ва",
+        "ве",
+        "ви",
+        "во",
+        "ву",
+        "ка",
+        "ке",
+        "ки",
+        "ко",
+        "ку",
+        "ла",
+        "ле",
+        "ли",
+        "ло",
+        "лу",
+        "ма",
+        "ме",
+        "ми",
+        "мо",
+        "му",
+        "на",
+        "не",
+        "ни",
+        "но",
+        "ну",
+        "ра",
+        "ре",
+        "ри",
+        "ро",
+    ],
     [chr(c) for c in range(0x4E00, 0x4E00 + 3000, 7)],
-    "با بي بو تا تي تو سا سي سو لا لي لو ما مي مو نا ني نو".split(),
-    "का कि की कु के को ना नि नी नु ने नो मा मि मी मु मे मो".split(),
+    [
+        "با",
+        "بي",
+        "بو",
+        "تا",
+        "تي",
+        "تو",
+        "سا",
+        "سي",
+        "سو",
+        "لا",
+        "لي",
+        "لو",
+        "ما",
+        "مي",
+        "مو",
+        "نا",
+        "ني",
+        "نو",
+    ],
+    [
+        "का",
+        "कि",
+        "की",
+        "कु",
+        "के",
+        "को",
+        "ना",
+        "नि",
+        "नी",
+        "नु",
+        "ने",
+        "नो",
+        "मा",
+        "मि",
+        "मी",
+        "मु",
+        "मे",
+        "मो",
+    ],
 ]
 
 
@@ -57,35 +125,51 @@ def _words(rng: random.Random, n: int) -> str:
         if rng.random() < 0.03:
             word += "\n\n"
         if rng.random() < 0.05:
-            word = str(rng.randint(0, 10**rng.randint(1, 7)))
+            word = str(rng.randint(0, 10 ** rng.randint(1, 7)))
         out.append(word)
     return joiner.join(out)
 
 
 def _code(rng: random.Random, lines: int) -> str:
-    names = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
-             for _ in range(8)]
+    names = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
+        for _ in range(8)
+    ]
     body = [f"def {names[0]}({names[1]}, {names[2]}=None):"]
     for _ in range(lines):
         indent = "    " * rng.randint(1, 3)
         a, b = rng.sample(names, 2)
-        body.append(rng.choice([
-            f"{indent}{a} = {b}[{rng.randint(0, 99)}] + {rng.random():.4f}",
-            f"{indent}if {a} is not None and len({b}) > {rng.randint(1, 9)}:",
-            f'{indent}return {{"{a}": {b}, "n": {rng.randint(0, 999)}}}',
-            f"{indent}for {a} in range({rng.randint(2, 64)}):  # {_words(rng, 4)}",
-        ]))
+        body.append(
+            rng.choice(
+                [
+                    f"{indent}{a} = {b}[{rng.randint(0, 99)}] + {rng.random():.4f}",
+                    f"{indent}if {a} is not None and len({b}) > {rng.randint(1, 9)}:",
+                    f'{indent}return {{"{a}": {b}, "n": {rng.randint(0, 999)}}}',
+                    f"{indent}for {a} in range({rng.randint(2, 64)}):  # {_words(rng, 4)}",
+                ]
+            )
+        )
     return "```python\n" + "\n".join(body) + "\n```"
 
 
 def _tool(rng: random.Random, i: int) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": f"tool_{i}_{rng.randint(0, 10**6)}",
-        "description": _words(rng, rng.randint(8, 30)),
-        "parameters": {"type": "object", "properties": {
-            f"p{j}": {"type": rng.choice(["string", "integer", "array", "object"]),
-                      "description": _words(rng, 6)} for j in range(rng.randint(1, 4))}},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}_{rng.randint(0, 10**6)}",
+            "description": _words(rng, rng.randint(8, 30)),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    f"p{j}": {
+                        "type": rng.choice(["string", "integer", "array", "object"]),
+                        "description": _words(rng, 6),
+                    }
+                    for j in range(rng.randint(1, 4))
+                },
+            },
+        },
+    }
 
 
 def make_corpus(count: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -102,21 +186,39 @@ def make_corpus(count: int, seed: int = 0) -> list[dict[str, Any]]:
                 user += "\n\n" + _code(rng, rng.randint(3, 25))
             messages.append({"role": "user", "content": user})
             if tools and rng.random() < 0.5:
-                calls = [{"type": "function", "function": {
-                    "name": t["function"]["name"],
-                    "arguments": {k: _words(rng, 3) if v["type"] == "string" else rng.randint(0, 99)
-                                  for k, v in t["function"]["parameters"]["properties"].items()}}}
-                    for t in rng.sample(tools, rng.randint(1, len(tools)))]
-                messages.append({"role": "assistant", "content": _words(rng, rng.randint(0, 30)),
-                                 "reasoning_content": _words(rng, rng.randint(20, 200)),
-                                 "tool_calls": calls})
+                calls = [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": t["function"]["name"],
+                            "arguments": {
+                                k: _words(rng, 3) if v["type"] == "string" else rng.randint(0, 99)
+                                for k, v in t["function"]["parameters"]["properties"].items()
+                            },
+                        },
+                    }
+                    for t in rng.sample(tools, rng.randint(1, len(tools)))
+                ]
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": _words(rng, rng.randint(0, 30)),
+                        "reasoning_content": _words(rng, rng.randint(20, 200)),
+                        "tool_calls": calls,
+                    }
+                )
                 for _ in calls:
                     messages.append({"role": "tool", "content": _words(rng, rng.randint(5, 150))})
             answer = _words(rng, rng.randint(30, 500))
             if rng.random() < 0.3:
                 answer += "\n\n" + _code(rng, rng.randint(5, 30))
-            messages.append({"role": "assistant", "content": answer,
-                             "reasoning_content": _words(rng, rng.randint(20, 400))})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": answer,
+                    "reasoning_content": _words(rng, rng.randint(20, 400)),
+                }
+            )
         corpus.append({"messages": messages, "tools": tools})
     return corpus
 
@@ -146,9 +248,13 @@ def _subprocess_median(code: str, runs: int) -> tuple[float, float]:
     seconds, rss = [], []
     for _ in range(runs):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
-                             check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                                              "TRANSFORMERS_VERBOSITY": "error"})
+        out = subprocess.run(
+            [sys.executable, "-c", wrapper],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TRANSFORMERS_VERBOSITY": "error"},
+        )
         seconds.append(time.perf_counter() - start)
         rss.append(float(out.stdout.split()[-1]) / 1024)
     return statistics.median(seconds), statistics.median(rss)
@@ -168,10 +274,14 @@ def main() -> None:
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     print(f"qwen-encode bench, commit {commit}{' (+uncommitted changes)' if dirty else ''}")
 
     corpus = make_corpus(args.conversations)
@@ -185,11 +295,23 @@ def main() -> None:
     except Exception as error:  # pragma: no cover - platform without fastokens
         print(f"  fastokens unavailable: {error}")
     reference = encoders["tokenizers"]
-    rendered = [qe.format_prompt(c["messages"], tools=c["tools"]).text for c in corpus]
-    tokens = sum(len(e) for e in reference.encode_batch(
-        [qe.format_prompt(c["messages"], tools=c["tools"]) for c in corpus]))
-    print(f"corpus: {len(corpus)} conversations, {tokens} tokens "
-          f"({tokens / len(corpus):.0f} per conversation)\n")
+    rendered = [
+        qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False).text
+        for c in corpus
+    ]
+    tokens = sum(
+        len(e)
+        for e in reference.encode_batch(
+            [
+                qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+                for c in corpus
+            ]
+        )
+    )
+    print(
+        f"corpus: {len(corpus)} conversations, {tokens} tokens "
+        f"({tokens / len(corpus):.0f} per conversation)\n"
+    )
 
     tasks: dict[str, Callable[[], int]] = {}
     try:
@@ -200,25 +322,45 @@ def main() -> None:
         hf = AutoTokenizer.from_pretrained(model)
 
         def transformers_task() -> int:
-            return sum(len(hf.apply_chat_template(c["messages"], tools=c["tools"], tokenize=True,
-                                                  return_dict=False, add_generation_prompt=True))
-                       for c in corpus)
+            return sum(
+                len(
+                    hf.apply_chat_template(
+                        c["messages"],
+                        tools=c["tools"],
+                        tokenize=True,
+                        return_dict=False,
+                        add_generation_prompt=False,
+                    )
+                )
+                for c in corpus
+            )
 
         tasks["1. transformers apply_chat_template"] = transformers_task
     except ImportError:
         print("  transformers not installed: ratios are against tokenizers")
     raw = reference.vocabulary.tokenizer
     tasks["2. tokenizers encode_batch (pre-rendered)"] = lambda: sum(
-        len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False))
+        len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False)
+    )
     for name, encoder in encoders.items():
+
         def per_conversation(encoder: qe.Encoder = encoder) -> int:
             encoder.clear_cache()
-            return sum(len(encoder.encode_messages(c["messages"], tools=c["tools"]))
-                       for c in corpus)
+            return sum(
+                len(
+                    encoder.encode_messages(
+                        c["messages"], tools=c["tools"], add_generation_prompt=False
+                    )
+                )
+                for c in corpus
+            )
 
         def batched(encoder: qe.Encoder = encoder) -> int:
             encoder.clear_cache()
-            prompts = [qe.format_prompt(c["messages"], tools=c["tools"]) for c in corpus]
+            prompts = [
+                qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+                for c in corpus
+            ]
             return sum(len(e) for e in encoder.encode_batch(prompts))
 
         tasks[f"3. qwen-encode per conversation [{name}]"] = per_conversation
@@ -234,8 +376,11 @@ def main() -> None:
     chat = make_corpus(64, seed=64)
     grown: list[dict[str, Any]] = []
     for conversation in chat:
-        grown.extend(m for m in conversation["messages"] if m["role"] in ("user", "assistant")
-                     and not m.get("tool_calls"))
+        grown.extend(
+            m
+            for m in conversation["messages"]
+            if m["role"] in ("user", "assistant") and not m.get("tool_calls")
+        )
         if len(grown) >= 64:
             break
     grown = grown[:64]
@@ -243,9 +388,15 @@ def main() -> None:
     chat_tasks: dict[str, Callable[[], int]] = {}
     if "1. transformers apply_chat_template" in tasks:
         chat_tasks["4. transformers, whole history every turn"] = lambda: sum(
-            len(hf.apply_chat_template(s, tokenize=True, return_dict=False,
-                                       add_generation_prompt=True)) for s in steps)
+            len(
+                hf.apply_chat_template(
+                    s, tokenize=True, return_dict=False, add_generation_prompt=True
+                )
+            )
+            for s in steps
+        )
     for name, encoder in encoders.items():
+
         def session_task(encoder: qe.Encoder = encoder) -> int:
             encoder.clear_cache()
             session = encoder.chat()
@@ -259,7 +410,9 @@ def main() -> None:
         chat_tasks[f"4. qwen-encode chat session [{name}]"] = session_task
     results = _median_runs(chat_tasks, args.runs)
     baseline = next(iter(results.values()))[0]
-    print(f"\nincremental chat ({len(grown)} turns, input_ids after each of {len(steps)} user turns):")
+    print(
+        f"\nincremental chat ({len(grown)} turns, input_ids after each of {len(steps)} user turns):"
+    )
     for name, (seconds, count) in results.items():
         print(_row(name, seconds, count, baseline))
 
@@ -287,8 +440,7 @@ def main() -> None:
             f"e = qe.Encoder.from_pretrained({model!r}, engine='fastokens')"
         ),
         "6. tokenizers.Tokenizer.from_file alone": (
-            "import tokenizers\n"
-            f"t = tokenizers.Tokenizer.from_file({model + '/tokenizer.json'!r})"
+            f"import tokenizers\nt = tokenizers.Tokenizer.from_file({model + '/tokenizer.json'!r})"
         ),
     }
     print(f"\ncold start and load (subprocesses, median of {cold_runs}):")
