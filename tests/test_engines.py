@@ -104,3 +104,18 @@ def test_auto_stays_on_tokenizers_for_small_work(qwen38_dir: Path) -> None:
     encoder = qe.Encoder.from_pretrained(qwen38_dir)
     encoder.encode_messages([{"role": "user", "content": "hi"}])
     assert encoder.engine == "tokenizers"
+
+
+def test_auto_brings_fastokens_up_once_enough_work_was_done(qwen38_dir: Path, monkeypatch) -> None:
+    from qwen_encode import encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "_AUTO_FASTOKENS_CHARS", 2_000)
+    encoder = qe.Encoder.from_pretrained(qwen38_dir)
+    messages = [{"role": "user", "content": "word " * 100}]
+    first = encoder.encode_messages(messages)
+    assert encoder.engine == "tokenizers"  # ~1,000 characters so far
+    for i in range(3):
+        encoder.encode_messages([{"role": "user", "content": f"{i} " + "other " * 100}])
+    assert encoder.engine == "fastokens"
+    encoder.clear_cache()
+    assert np.array_equal(encoder.encode_messages(messages).input_ids, first.input_ids)
