@@ -17,7 +17,6 @@ import os
 import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
@@ -135,6 +134,8 @@ def load_fastokens(
     installed, fails to load, or does not give the reference's IDs on the probe set."""
     say = warn or (lambda message: warnings.warn(message, RuntimeWarning, stacklevel=3))
     try:
+        from importlib import metadata  # ~20 ms: only when fastokens is wanted
+
         import fastokens
 
         version = metadata.version("fastokens")

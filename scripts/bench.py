@@ -239,11 +239,12 @@ def _median_runs(tasks: dict[str, Callable[[], int]], runs: int) -> dict[str, tu
 
 
 def _subprocess_median(code: str, runs: int) -> tuple[float, float]:
-    """Median wall seconds and peak RSS (MB) of ``python -c code`` over ``runs`` runs."""
+    """Median wall seconds and peak RSS (MB) of ``python -c code`` over ``runs`` runs.
+
+    Peak RSS is VmHWM: ru_maxrss would report this (large) parent's RSS at fork."""
     wrapper = (
-        "import time, resource, sys; _t = time.perf_counter()\n"
-        + code
-        + "\nprint(time.perf_counter() - _t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        code
+        + "\nimport re\nprint(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])"
     )
     seconds, rss = [], []
     for _ in range(runs):
@@ -271,6 +272,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-cold", action="store_true", help="skip sections 5 and 6")
+    parser.add_argument("--only-cold", action="store_true", help="only sections 5 and 6")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -284,6 +286,9 @@ def main() -> None:
     ).stdout.strip()
     print(f"qwen-encode bench, commit {commit}{' (+uncommitted changes)' if dirty else ''}")
 
+    if args.only_cold:
+        _cold(model, max(3, args.runs))
+        return
     corpus = make_corpus(args.conversations)
     encoders = {
         "tokenizers": qe.Encoder.from_pretrained(model, engine="tokenizers"),
@@ -416,9 +421,12 @@ def main() -> None:
     for name, (seconds, count) in results.items():
         print(_row(name, seconds, count, baseline))
 
-    if args.skip_cold:
-        return
-    cold_runs = max(3, args.runs)
+    if not args.skip_cold:
+        _cold(model, max(3, args.runs))
+
+
+def _cold(model: str, runs: int) -> None:
+    """Sections 5 and 6: fresh processes, alternating between tasks, medians."""
     request = "[{'role': 'user', 'content': 'What is the capital of France?'}]"
     cold = {
         "5. transformers": (
@@ -443,10 +451,16 @@ def main() -> None:
             f"import tokenizers\nt = tokenizers.Tokenizer.from_file({model + '/tokenizer.json'!r})"
         ),
     }
-    print(f"\ncold start and load (subprocesses, median of {cold_runs}):")
-    for name, code in cold.items():
-        seconds, rss = _subprocess_median(code, cold_runs)
-        print(f"  {name:<44} {seconds:7.2f} s  peak RSS {rss:6.0f} MB")
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cold}
+    for _ in range(runs):
+        for name, code in cold.items():
+            samples[name].append(_subprocess_median(code, 1))
+    print(f"\ncold start and load (fresh processes, median of {runs} alternating runs):")
+    base = statistics.median(s for s, _ in samples["5. transformers"])
+    for name, values in samples.items():
+        seconds = statistics.median(s for s, _ in values)
+        rss = statistics.median(r for _, r in values)
+        print(f"  {name:<44} {seconds:7.2f} s ({seconds / base:4.2f}x)  peak RSS {rss:6.0f} MB")
 
 
 if __name__ == "__main__":
