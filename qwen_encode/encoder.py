@@ -147,6 +147,7 @@ class Encoder:
         local_files_only: bool | None = None,
         markers_in_text: MarkersInText = "literal",
         engine: EngineName = "auto",
+        cache_bytes: int = _RUN_CACHE_BYTES,
     ) -> Encoder:
         """Load a checkpoint's vocabulary (local folder, ``tokenizer.json`` path or hub repo id)
         and validate it: a vocabulary that does not carry the protocol's markers raises
@@ -155,7 +156,9 @@ class Encoder:
         ``engine``: ``"tokenizers"`` (HF tokenizers only), ``"fastokens"`` (load and prove it
         now), or ``"auto"`` (start on tokenizers; bring fastokens up for the first large batch).
         fastokens is used only after it gave tokenizers' IDs on a probe set for this vocabulary;
-        otherwise the encoder warns and stays on tokenizers."""
+        otherwise the encoder warns and stays on tokenizers.
+
+        ``cache_bytes`` bounds the cache of encoded text runs (text plus IDs; 0 disables it)."""
         files = resolve_checkpoint(
             source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
         )
@@ -164,6 +167,7 @@ class Encoder:
             markers_in_text=markers_in_text,
             engine=engine,
             tokenizer_json=files.tokenizer_json,
+            cache_bytes=cache_bytes,
         )
 
     @property

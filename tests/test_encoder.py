@@ -232,3 +232,46 @@ def test_literal_mode_never_yields_a_marker_from_caller_text(encoder, fields, th
     ]
     # Every control token in the output is one the protocol wrote, in order: none came from text.
     assert emitted == expected
+
+
+def test_repeated_text_is_encoded_once(encoder: qe.Encoder, monkeypatch) -> None:
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "x " * 200}}]
+    system = {"role": "system", "content": "A long shared system prompt. " * 50}
+    encoder.clear_cache()
+    sent: list[str] = []
+    original = encoder._engine.encode_texts
+
+    def spy(texts):
+        sent.extend(texts)
+        return original(texts)
+
+    monkeypatch.setattr(encoder._engine, "encode_texts", spy)
+    first = encoder.encode_messages([system, {"role": "user", "content": "one"}], tools=tools)
+    sent_first = list(sent)
+    sent.clear()
+    second = encoder.encode_messages([system, {"role": "user", "content": "two"}], tools=tools)
+    assert any("shared system prompt" in t for t in sent_first)
+    assert not any("shared system prompt" in t or "lookup" in t for t in sent)
+    assert sent == ["user\ntwo"]
+    uncached = qe.Encoder(encoder.vocabulary, cache_bytes=0)
+    assert np.array_equal(
+        uncached.encode_messages(
+            [system, {"role": "user", "content": "two"}], tools=tools
+        ).input_ids,
+        second.input_ids,
+    )
+    assert len(first) == len(second)
+
+
+def test_cache_stays_within_its_bound(encoder: qe.Encoder) -> None:
+    small = qe.Encoder(encoder.vocabulary, cache_bytes=4_000)
+    for i in range(50):
+        small.encode_messages([{"role": "user", "content": f"message number {i} " * 5}])
+        info = small.cache_info()
+        assert info["bytes"] <= info["limit"] == 4_000
+    assert 0 < small.cache_info()["entries"] < 100
+    assert (
+        qe.Encoder(encoder.vocabulary, cache_bytes=0)
+        .encode_messages([{"role": "user", "content": "x"}])
+        .input_ids.size
+    )
