@@ -370,7 +370,8 @@ def test_hub_resolution_in_a_fresh_interpreter(tmp_path: Path) -> None:
         "from qwen_encode.checkpoint import resolve_checkpoint\n"
         "from qwen_encode.errors import CheckpointError\n"
         "try:\n"
-        f"    resolve_checkpoint('Org/Absent', cache_dir={str(tmp_path)!r}, local_files_only=True)\n"
+        f"    resolve_checkpoint('Org/Absent', cache_dir={str(tmp_path)!r},\n"
+        "                       local_files_only=True)\n"
         "except CheckpointError as error:\n"
         "    print('CheckpointError', error)\n"
     )
