@@ -118,23 +118,10 @@ class _Builder:
         self._pending.clear()
         self._segments = segments
 
-    @property
-    def turn(self) -> int:
-        return self._turn
-
-    @turn.setter
-    def turn(self, turn: int) -> None:
+    def begin(self, turn: int, trained: bool) -> None:
+        """What the segments added from now on belong to."""
         self._flush()
-        self._turn = turn
-
-    @property
-    def trained(self) -> bool:
-        return self._trained
-
-    @trained.setter
-    def trained(self, trained: bool) -> None:
-        self._flush()
-        self._trained = trained
+        self._turn, self._trained = turn, trained
 
     def special(self, marker: str) -> None:
         self._flush()
@@ -422,11 +409,11 @@ def _assistant_segments(
     add_vision_id: bool,
     open_end: bool = False,
 ) -> None:
-    b.turn, b.trained = index, False
+    b.begin(index, False)
     b.special(mk.TURN_OPEN)
     b.text("assistant\n")
     # What the model produces starts here: the reasoning span, content, calls and <|im_end|>.
-    b.trained = True
+    b.begin(index, True)
     if keep_reasoning:
         # Template: '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
         b.special(mk.THINK_OPEN)
@@ -449,7 +436,7 @@ def _assistant_segments(
             b.text("\n\n")
         _tool_call_segments(b, call, f"tool_calls[{j}]")
     b.special(mk.TURN_CLOSE)
-    b.trained = False
+    b.begin(index, False)
     b.text("\n")
 
 
@@ -461,7 +448,7 @@ def _user_segments(
     add_vision_id: bool,
     open_end: bool = False,
 ) -> None:
-    b.turn, b.trained = index, False
+    b.begin(index, False)
     b.special(mk.TURN_OPEN)
     b.text("user\n")
     _content_segments(b, turn, index, counter, add_vision_id)
@@ -482,7 +469,7 @@ def _tool_segments(
 ) -> None:
     # Template lines 160-172: consecutive tool results share one user turn, each in its own
     # '\n<tool_response>\n' … '\n</tool_response>' span.
-    b.turn, b.trained = index, False
+    b.begin(index, False)
     if opens_turn:
         b.special(mk.TURN_OPEN)
         b.text("user")
@@ -508,9 +495,10 @@ def _system_segments(
 ) -> None:
     """Template lines 55-91: the system turn is the reasoning instruction, then the tools block,
     then the caller's system text, each part only when present."""
-    b.turn, b.trained = (-1 if system is None else 0), False
+    turn = -1 if system is None else 0
+    b.begin(turn, False)
     content = _Builder()
-    content.turn = b.turn
+    content.begin(turn, False)
     if system is not None:
         _content_segments(content, system, 0, None, add_vision_id, is_system=True)
     if not (instruction or tool_lines or content.segments):
