@@ -400,16 +400,19 @@ def main() -> None:
             )
             for s in steps
         )
+    turn_times: dict[str, list[float]] = {name: [] for name in encoders}
     for name, encoder in encoders.items():
 
-        def session_task(encoder: qe.Encoder = encoder) -> int:
+        def session_task(encoder: qe.Encoder = encoder, name: str = name) -> int:
             encoder.clear_cache()
             session = encoder.chat()
             total = 0
             for message in grown:
                 session.append(message)
                 if message["role"] == "user":
+                    start = time.perf_counter()
                     total += len(session.encoding())
+                    turn_times[name].append(time.perf_counter() - start)
             return total
 
         chat_tasks[f"4. qwen-encode chat session [{name}]"] = session_task
@@ -420,6 +423,15 @@ def main() -> None:
     )
     for name, (seconds, count) in results.items():
         print(_row(name, seconds, count, baseline))
+    for name, times in turn_times.items():
+        # Per user turn, over all runs: does a new turn cost more when the history is longer?
+        per_turn = [times[i :: len(steps)] for i in range(len(steps))]
+        early = statistics.median(t for turn in per_turn[:8] for t in turn)
+        late = statistics.median(t for turn in per_turn[-8:] for t in turn)
+        print(
+            f"  cost of one new turn [{name}]: first 8 user turns {early * 1e3:.2f} ms, "
+            f"last 8 {late * 1e3:.2f} ms (history {len(grown)} turns at the end)"
+        )
 
     if not args.skip_cold:
         _cold(model, max(3, args.runs))
