@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,6 +120,7 @@ class Encoder:
         self._engine_wanted: EngineName = engine
         self._work = 0  # characters of new text encoded so far, for the "auto" engine
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # encoders are shared by a server's threads
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
         self._marker_arrays = {
@@ -246,32 +248,38 @@ class Encoder:
 
     def clear_cache(self) -> None:
         """Forget the IDs of text runs encoded so far."""
-        self._cache.clear()
-        self._cache_bytes = 0
+        with self._lock:
+            self._cache.clear()
+            self._cache_bytes = 0
 
     def encode_batch(self, prompts: Sequence[Prompt]) -> list[Encoding]:
         """Encode many prompts; all their new text goes through the engine's parallel batch
         API in one call, and text already encoded (see ``cache_bytes``) is not encoded again."""
         layouts = [self._layout(prompt) for prompt in prompts]
+        # `known` holds every run's IDs for this call, so another thread evicting a cache entry
+        # meanwhile cannot take one away; the lock guards only the cache and the work counter.
+        known: dict[str, np.ndarray] = {}
         todo: dict[str, None] = {}
-        size = 0
-        for layout in layouts:
-            for item in layout:
-                if (
-                    isinstance(item, _Run)
-                    and not item.literal
-                    and item.text not in self._cache
-                    and item.text not in todo
-                ):
-                    todo[item.text] = None
-                    size += len(item.text)
-        self._work += size
-        if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
-            self._bring_up_fastokens()
+        with self._lock:
+            for layout in layouts:
+                for item in layout:
+                    if not isinstance(item, _Run) or item.literal or item.text in known:
+                        continue
+                    cached = self._cache.get(item.text)
+                    if cached is None:
+                        todo[item.text] = None
+                    else:
+                        known[item.text] = cached
+                        self._cache.move_to_end(item.text)
+            self._work += sum(map(len, todo))
+            if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
+                self._bring_up_fastokens()
         fresh = dict(zip(todo, self._engine.encode_texts(list(todo)), strict=True))
-        encodings = [self._assemble(layout, fresh) for layout in layouts]
-        for text, ids in fresh.items():
-            self._remember(text, ids)
+        known.update(fresh)
+        encodings = [self._assemble(layout, known) for layout in layouts]
+        with self._lock:
+            for text, ids in fresh.items():
+                self._remember(text, ids)
         return encodings
 
     def cache_info(self) -> dict[str, int]:
@@ -366,7 +374,7 @@ class Encoder:
         turn = blamed.turn if blamed.turn >= 0 else None
         return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
 
-    def _assemble(self, layout: list[Special | _Run], fresh: Mapping[str, np.ndarray]) -> Encoding:
+    def _assemble(self, layout: list[Special | _Run], known: Mapping[str, np.ndarray]) -> Encoding:
         pieces: list[np.ndarray] = []
         turns: list[int] = []
         trained: list[bool] = []
@@ -384,9 +392,7 @@ class Encoder:
                     continue
                 ids = self._engine.encode_ordinary(item.text)
             else:
-                ids = fresh[item.text] if item.text in fresh else self._cache[item.text]
-                if item.text in self._cache:
-                    self._cache.move_to_end(item.text)
+                ids = known[item.text]
                 if len(item.parts) > 1 and len({p[1:] for p in item.parts}) > 1:
                     self._split_by_offsets(item, pieces, turns, trained, lengths, ids)
                     continue

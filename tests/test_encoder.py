@@ -275,3 +275,19 @@ def test_cache_stays_within_its_bound(encoder: qe.Encoder) -> None:
         .encode_messages([{"role": "user", "content": "x"}])
         .input_ids.size
     )
+
+
+def test_threads_share_an_encoder_with_a_churning_cache(encoder: qe.Encoder) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared = qe.Encoder(encoder.vocabulary, cache_bytes=3_000)  # evicts constantly
+    prompts = [
+        qe.format_prompt(
+            [{"role": "system", "content": f"system {i % 3}"}, {"role": "user", "content": f"q{i}"}]
+        )
+        for i in range(200)
+    ]
+    expected = [e.input_ids.tolist() for e in qe.Encoder(encoder.vocabulary).encode_batch(prompts)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda p: shared.encode(p).input_ids.tolist(), prompts))
+    assert got == expected
