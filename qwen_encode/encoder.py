@@ -226,25 +226,11 @@ class Encoder:
         return self.encode(prompt)
 
     def chat(
-        self,
-        tools: Sequence[Mapping[str, Any] | str] | str | None = None,
-        *,
-        enable_thinking: bool = True,
-        reasoning_effort: ReasoningEffort | str | None = None,
-        preserve_thinking: bool = True,
-        add_generation_prompt: bool = True,
-        add_vision_id: bool = False,
+        self, tools: Sequence[Mapping[str, Any] | str] | str | None = None, **options: Any
     ) -> ChatSession:
-        """A conversation to grow one message at a time, re-encoding only what changed."""
-        return ChatSession(
-            self,
-            tools,
-            enable_thinking=enable_thinking,
-            reasoning_effort=reasoning_effort,
-            preserve_thinking=preserve_thinking,
-            add_generation_prompt=add_generation_prompt,
-            add_vision_id=add_vision_id,
-        )
+        """A conversation to grow one message at a time, re-encoding only what changed;
+        ``options`` are ``ChatSession``'s (the template options of ``format_prompt``)."""
+        return ChatSession(self, tools, **options)
 
     def clear_cache(self) -> None:
         """Forget the IDs of text runs encoded so far."""
