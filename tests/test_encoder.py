@@ -13,11 +13,20 @@ from hypothesis import strategies as st
 
 import qwen_encode as qe
 from qwen_encode import markers as mk
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
 def encoder(qwen38_dir: Path) -> qe.Encoder:
     return qe.Encoder.from_pretrained(qwen38_dir)
+
+
+@pytest.fixture(scope="module", params=["fixtures/qwen3.8-tiny", "qwen3.8-27b"])
+def any_encoder(request) -> qe.Encoder:
+    """The committed tiny vocabulary (always there) and the real one (when ../shared is)."""
+    if request.param.startswith("fixtures/"):
+        return qe.Encoder.from_pretrained(ROOT / request.param)
+    return request.getfixturevalue("encoder")
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +228,8 @@ def _conversation(s: list[str]) -> tuple[list[dict], list[dict]]:
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(FIELD_TEXT, min_size=12, max_size=12), st.booleans())
-def test_literal_mode_never_yields_a_marker_from_caller_text(encoder, fields, thinking) -> None:
+def test_literal_mode_never_yields_a_marker_from_caller_text(any_encoder, fields, thinking) -> None:
+    encoder = any_encoder
     messages, tools = _conversation(fields)
     prompt = qe.format_prompt(messages, tools=tools, enable_thinking=thinking)
     ids = encoder.encode(prompt).input_ids
