@@ -688,16 +688,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _check_template(source: str) -> None:
     """render needs no vocabulary; given --model, it checks that the checkpoint's template is the
     one rendered here, since otherwise the text is not what that checkpoint expects."""
-    from .vocabulary import validate_checkpoint
+    from .vocabulary import chat_template_kind
 
     try:
-        report = validate_checkpoint(source)
+        kind = chat_template_kind(source)
     except Exception as error:
         raise UsageError(_model_message(source, error)) from None
-    if report.template != "qwen3.8":
+    if kind != "qwen3.8":
         _warn(
             f"render: warning: {source} does not carry the Qwen 3.8 chat template "
-            f"({report.template}); the text below is the Qwen 3.8 prompt, not that template's"
+            f"({kind}); the text below is the Qwen 3.8 prompt, not that template's"
         )
 
 

@@ -183,6 +183,22 @@ def validate_checkpoint(
     return _inspect(files)[1]
 
 
+def chat_template_kind(
+    source: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    local_files_only: bool | None = None,
+) -> TemplateKind:
+    """Whether ``source`` carries the official Qwen 3.8 chat template, without loading its
+    vocabulary (for callers that render text and never need the tokenizer)."""
+    files = resolve_checkpoint(
+        source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+    )
+    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return _check_template(files, config)[0]
+
+
 # --- reading files ------------------------------------------------------------------------------
 
 

@@ -647,3 +647,11 @@ def test_head_scan_never_misreads_a_truncated_head() -> None:
     for cut in range(len(text)):
         found = vocabulary._scan_added_tokens(text[:cut])
         assert found is vocabulary._NEED_MORE or found == full, cut
+
+
+def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir, monkeypatch):
+    from qwen_encode import vocabulary
+
+    monkeypatch.setattr(vocabulary, "_load_tokenizer", lambda path: pytest.fail("loaded"))
+    assert vocabulary.chat_template_kind(qwen38_dir) == "qwen3.8"
+    assert vocabulary.chat_template_kind(qwen3_dir) == "other"
