@@ -491,20 +491,9 @@ def _model_message(source: str, error: Exception | str) -> str:
 
 
 def _encode_all(encoder: Encoder, prompts: Sequence[Prompt]) -> list[Encoding | Exception]:
-    """One parallel batch call; should a prompt fail (markers_in_text="reject"), the batch is
-    redone one by one so the others still succeed and the failure lands on its own line."""
-    if not prompts:
-        return []
-    try:
-        return list(encoder.encode_batch(prompts))
-    except Exception:
-        results: list[Encoding | Exception] = []
-        for prompt in prompts:
-            try:
-                results.append(encoder.encode(prompt))
-            except Exception as error:
-                results.append(error)
-        return results
+    """One parallel batch call; a prompt refused by markers_in_text="reject" comes back as its
+    error, in place, and the others are still encoded."""
+    return list(encoder.encode_batch(prompts, errors="return")) if prompts else []
 
 
 def _encode_chunk(

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -238,10 +238,37 @@ class Encoder:
             self._cache.clear()
             self._cache_bytes = 0
 
-    def encode_batch(self, prompts: Sequence[Prompt]) -> list[Encoding]:
+    @overload
+    def encode_batch(
+        self, prompts: Sequence[Prompt], *, errors: Literal["raise"] = "raise"
+    ) -> list[Encoding]: ...
+
+    @overload
+    def encode_batch(
+        self, prompts: Sequence[Prompt], *, errors: Literal["return"]
+    ) -> list[Encoding | MarkerInTextError]: ...
+
+    def encode_batch(
+        self, prompts: Sequence[Prompt], *, errors: Literal["raise", "return"] = "raise"
+    ) -> list[Encoding] | list[Encoding | MarkerInTextError]:
         """Encode many prompts; all their new text goes through the engine's parallel batch
-        API in one call, and text already encoded (see ``cache_bytes``) is not encoded again."""
-        layouts = [self._layout(prompt) for prompt in prompts]
+        API in one call, and text already encoded (see ``cache_bytes``) is not encoded again.
+
+        With ``markers_in_text="reject"`` a prompt can be refused: ``errors="raise"`` raises its
+        ``MarkerInTextError``; ``errors="return"`` puts it in that prompt's place and still
+        encodes the others (what a batch job that reports bad lines wants)."""
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
+        refused: dict[int, MarkerInTextError] = {}
+        layouts: list[list[Special | _Run]] = []
+        for position, prompt in enumerate(prompts):
+            try:
+                layouts.append(self._layout(prompt))
+            except MarkerInTextError as error:
+                if errors == "raise":
+                    raise
+                refused[position] = error
+                layouts.append([])
         # `known` holds every run's IDs for this call, so another thread evicting a cache entry
         # meanwhile cannot take one away; the lock guards only the cache and the work counter.
         known: dict[str, np.ndarray] = {}
@@ -262,7 +289,10 @@ class Encoder:
                 self._bring_up_fastokens()
         fresh = dict(zip(todo, self._engine.encode_texts(list(todo)), strict=True))
         known.update(fresh)
-        encodings = [self._assemble(layout, known) for layout in layouts]
+        encodings: list[Encoding | MarkerInTextError] = [
+            refused[position] if position in refused else self._assemble(layout, known)
+            for position, layout in enumerate(layouts)
+        ]
         with self._lock:
             for text, ids in fresh.items():
                 self._remember(text, ids)

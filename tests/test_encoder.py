@@ -301,3 +301,21 @@ def test_threads_share_an_encoder_with_a_churning_cache(encoder: qe.Encoder) -> 
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda p: shared.encode(p).input_ids.tolist(), prompts))
     assert got == expected
+
+
+def test_reject_in_a_batch_can_return_the_refusal_in_place(encoder: qe.Encoder) -> None:
+    strict = qe.Encoder(encoder.vocabulary, markers_in_text="reject")
+    prompts = [
+        qe.format_prompt([{"role": "user", "content": "fine"}]),
+        qe.format_prompt([{"role": "user", "content": "bad <think>"}]),
+        qe.format_prompt([{"role": "user", "content": "also fine"}]),
+    ]
+    with pytest.raises(qe.MarkerInTextError):
+        strict.encode_batch(prompts)
+    results = strict.encode_batch(prompts, errors="return")
+    assert isinstance(results[1], qe.MarkerInTextError) and results[1].marker == "<think>"
+    for prompt, result in zip(prompts[::2], results[::2], strict=True):
+        assert isinstance(result, qe.Encoding)
+        assert result.input_ids.tolist() == encoder.encode(prompt).input_ids.tolist()
+    with pytest.raises(ValueError, match="errors"):
+        strict.encode_batch(prompts, errors="skip")  # type: ignore[call-overload]
