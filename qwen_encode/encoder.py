@@ -84,6 +84,7 @@ class _Run:
     # (start character, turn, trained) for each segment of the run, in order.
     parts: tuple[tuple[int, int, bool], ...]
     literal: bool  # must be encoded without matching added tokens
+    crosses: bool  # its segments belong to more than one (turn, trained): see _split_by_offsets
 
 
 class Encoder:
@@ -276,7 +277,12 @@ class Encoder:
         with self._lock:
             for layout in layouts:
                 for item in layout:
-                    if not isinstance(item, _Run) or item.literal or item.text in known:
+                    if (
+                        not isinstance(item, _Run)
+                        or item.literal
+                        or item.crosses  # encoded with offsets by _split_by_offsets
+                        or item.text in known
+                    ):
                         continue
                     cached = self._cache.get(item.text)
                     if cached is None:
@@ -379,7 +385,8 @@ class Encoder:
             if self.markers_in_text == "reject":
                 raise self._rejection(segments, marker)
             literal = True
-        return _Run(text, tuple(parts), literal)
+        crosses = len({part[1:] for part in parts}) > 1
+        return _Run(text, tuple(parts), literal, crosses)
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
@@ -402,7 +409,7 @@ class Encoder:
                 trained.append(item.trained)
                 lengths.append(1)
                 continue
-            if len({part[1:] for part in item.parts}) > 1:
+            if item.crosses:
                 self._split_by_offsets(item, pieces, turns, trained, lengths)
                 continue
             ids = self._engine.encode_ordinary(item.text) if item.literal else known[item.text]

@@ -492,15 +492,17 @@ def _system_segments(
     instruction: str,
     tool_lines: list[str],
     add_vision_id: bool,
+    index: int = 0,
 ) -> None:
     """Template lines 55-91: the system turn is the reasoning instruction, then the tools block,
-    then the caller's system text, each part only when present."""
-    turn = -1 if system is None else 0
+    then the caller's system text, each part only when present. ``index`` is the system
+    message's; a turn synthesised for the instruction or tools alone belongs to no message."""
+    turn = -1 if system is None else index
     b.begin(turn, False)
     content = _Builder()
     content.begin(turn, False)
     if system is not None:
-        _content_segments(content, system, 0, None, add_vision_id, is_system=True)
+        _content_segments(content, system, index, None, add_vision_id, is_system=True)
     if not (instruction or tool_lines or content.segments):
         return
     b.special(mk.TURN_OPEN)
@@ -539,9 +541,7 @@ def format_turn(
     b = _Builder()
     counter = _VisionCounter()
     if turn.role == "system":
-        _system_segments(b, turn, "", [], add_vision_id)
-        if b.segments:
-            b.segments = [_with_turn(s, index) for s in b.segments]
+        _system_segments(b, turn, "", [], add_vision_id, index)
     elif turn.role == "user":
         _user_segments(b, turn, index, counter, add_vision_id)
     elif turn.role == "assistant":
@@ -549,12 +549,6 @@ def format_turn(
     else:
         _tool_segments(b, turn, index, counter, add_vision_id, True, True)
     return b.prompt()
-
-
-def _with_turn(segment: Segment, index: int) -> Segment:
-    if isinstance(segment, Special):
-        return Special(segment.marker, index, segment.trained)
-    return Text(segment.text, index, segment.trained, segment.field)
 
 
 # --------------------------------------------------------------------------------------------
