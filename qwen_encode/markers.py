@@ -78,3 +78,23 @@ OTHER_ADDED_TOKENS: Final[tuple[str, ...]] = (
 
 #: All 33 added tokens of the Qwen 3.8 vocabulary.
 ALL_ADDED_TOKENS: Final[tuple[str, ...]] = PROTOCOL_MARKERS + OTHER_ADDED_TOKENS
+
+#: Characters a function or parameter name may not hold. The call grammar writes names raw into
+#: ``<function=NAME>`` / ``<parameter=NAME>``: ``<`` and ``>`` end or open a tag, whitespace is
+#: trimmed or breaks the line the tag must sit on, quotes and braces are what a template
+#: placeholder (``{{ tc.name }}``) or a JSON fragment leaves behind. The renderer refuses such a
+#: name and the parser never dispatches one, so every rendered call parses back to itself.
+CALL_NAME_FORBIDDEN: Final = frozenset("<>{}\"'")
+
+
+def call_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot stand as NAME in ``<function=NAME>`` or ``<parameter=NAME>``; None
+    when it can."""
+    if not name:
+        return "is empty"
+    for ch in name:
+        if ch.isspace():
+            return f"holds whitespace ({ch!r})"
+        if ch in CALL_NAME_FORBIDDEN:
+            return f"holds {ch!r}, which the call format cannot carry"
+    return None
