@@ -10,6 +10,7 @@ from .errors import (
     ParseError,
     PromptError,
     QwenEncodeError,
+    TokenIdError,
     VocabularyError,
 )
 from .parser import (
@@ -77,6 +78,7 @@ __all__ = [
     "StreamParser",
     "Text",
     "TextBlock",
+    "TokenIdError",
     "ToolCall",
     "ToolCallEvent",
     "Turn",

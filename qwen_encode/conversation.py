@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from .errors import PromptError
+from .markers import call_name_problem
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -21,12 +22,65 @@ ROLES: tuple[str, ...] = get_args(Role)
 # and reads the first one that is not None, in this order.
 REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "thinking", "reasoning")
 
+#: How deeply tool-call arguments and tool definitions may nest (objects and arrays counted;
+#: ``{"a": [1]}`` is 2 deep). Real schemas and arguments stay far below it. Past it, Python's own
+#: limits take over in whatever touches the value next (``json.dumps`` and ``==`` recurse in C,
+#: at a depth that depends on the caller's stack): a deeper value is refused up front instead,
+#: with the field that holds it, so a hostile request cannot raise ``RecursionError`` in a server.
+MAX_JSON_DEPTH: Final = 100
+
+
+def json_depth_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why ``value`` nests too deeply (more than ``limit`` objects/arrays), or None. Iterative,
+    so it cannot itself hit the recursion limit; a self-containing value is too deep."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return f"nests more than {limit} objects or arrays deep"
+        stack.extend(
+            (child, depth) for child in children if isinstance(child, Mapping | list | tuple)
+        )
+    return None
+
+
+def load_json(text: str, field: str) -> Any:
+    """``json.loads`` of caller text, every failure a ``PromptError`` naming ``field``: invalid
+    JSON, an integer past Python's 4,300-digit conversion limit (a bare ``ValueError``), and
+    nesting past ``MAX_JSON_DEPTH`` (or past the C decoder's recursion limit)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PromptError(f"not valid JSON: {error}", field=field) from None
+    except ValueError as error:  # the int digit limit
+        raise PromptError(f"holds an integer too long to read ({error})", field=field) from None
+    except RecursionError:
+        problem: str | None = f"nests more than {MAX_JSON_DEPTH} objects or arrays deep"
+    else:
+        problem = json_depth_problem(value)
+    if problem is not None:
+        raise PromptError(problem, field=field)
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class TextBlock:
     """A text part of a multimodal content list."""
 
     text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise PromptError(
+                f"text must be a string, got {type(self.text).__name__}", field="text"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +111,37 @@ class ToolCall:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
 
+    def __post_init__(self) -> None:
+        # Checked here, where every call is made (from messages, by the parser, by hand), so a
+        # call that could not be written in the protocol's grammar never exists: the template
+        # writes names raw into <function=NAME> and <parameter=NAME> tags.
+        if not isinstance(self.name, str):
+            raise PromptError(f"must be a string, got {type(self.name).__name__}", field="name")
+        if problem := call_name_problem(self.name):
+            raise PromptError(f"function name {self.name!r} {problem}", field="name")
+        if not isinstance(self.arguments, Mapping):
+            raise PromptError(
+                f"must be an object, got {type(self.arguments).__name__}", field="arguments"
+            )
+        for key in self.arguments:
+            if not isinstance(key, str):
+                raise PromptError(f"argument names must be strings, got {key!r}", field="arguments")
+            if problem := call_name_problem(key):
+                raise PromptError(f"argument name {key!r} {problem}", field=f"arguments.{key}")
+        if problem := json_depth_problem(self.arguments):
+            raise PromptError(problem, field="arguments")
+        if self.id is not None and not isinstance(self.id, str):
+            raise PromptError(f"must be a string, got {type(self.id).__name__}", field="id")
+
     def to_dict(self) -> dict[str, Any]:
         """OpenAI shape: ``{"type": "function", "function": {"name", "arguments": JSON text}}``."""
+        try:
+            arguments = json.dumps(dict(self.arguments), ensure_ascii=False)
+        except (TypeError, ValueError) as error:  # not JSON, or an int past the digit limit
+            raise PromptError(f"are not JSON-serialisable: {error}", field="arguments") from None
         call: dict[str, Any] = {
             "type": "function",
-            "function": {
-                "name": self.name,
-                "arguments": json.dumps(dict(self.arguments), ensure_ascii=False),
-            },
+            "function": {"name": self.name, "arguments": arguments},
         }
         if self.id is not None:
             call["id"] = self.id
@@ -87,8 +164,37 @@ class Turn:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
+        if not isinstance(self.role, str) or self.role not in ROLES:
             raise PromptError("Unexpected message role.", field="role")
+        # Types are checked where a turn is made, not later inside format_prompt, where a wrong
+        # one would surface as an unrelated TypeError far from the caller's mistake.
+        content = self.content
+        if isinstance(content, list):
+            content = tuple(content)
+            object.__setattr__(self, "content", content)
+        if isinstance(content, tuple):
+            for j, block in enumerate(content):
+                if not isinstance(block, TextBlock | ImageBlock | VideoBlock):
+                    raise PromptError("Unexpected item type in content.", field=f"content[{j}]")
+        elif content is not None and not isinstance(content, str):
+            # Template: render_content raises this for anything but a string, a list or none.
+            raise PromptError("Unexpected content type.", field="content")
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.tool_calls, tuple):
+            raise PromptError(
+                f"must be a list of tool calls, got {type(self.tool_calls).__name__}",
+                field="tool_calls",
+            )
+        for j, call in enumerate(self.tool_calls):
+            if not isinstance(call, ToolCall):
+                raise PromptError(
+                    f"must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{j}]"
+                )
+        for key in ("reasoning", "tool_call_id", "name"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise PromptError(f"must be a string, got {type(value).__name__}", field=key)
         if self.role != "assistant":
             # The template renders these on assistant turns only; on any other turn they would be
             # dropped without a word.
@@ -100,10 +206,6 @@ class Turn:
                 raise PromptError(
                     "only assistant messages can carry reasoning", field="reasoning_content"
                 )
-        if isinstance(self.tool_calls, list):
-            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
-        if isinstance(self.content, list):
-            object.__setattr__(self, "content", tuple(self.content))
 
     def to_message(self) -> dict[str, Any]:
         """OpenAI/HF-style dict; ``turns_from_messages`` reads it back to an equal ``Turn``."""
@@ -140,8 +242,10 @@ def turns_from_messages(messages: Iterable[Mapping[str, Any] | Turn]) -> tuple[T
     arrive as ``reasoning_content``, ``thinking`` or ``reasoning``. Errors are ``PromptError``
     naming the message index and field.
     """
-    if isinstance(messages, (str, bytes, Mapping)):
-        raise PromptError("messages must be a list of message objects", field="messages")
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise PromptError(
+            f"must be a list of message objects, got {type(messages).__name__}", field="messages"
+        )
     return tuple(_turn_from_message(i, m) for i, m in enumerate(messages))
 
 
@@ -246,11 +350,14 @@ def _tool_call_from_json(where: str, call: Any) -> ToolCall:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise PromptError("a tool call needs a non-empty string name", field=f"{where}.name")
-    return ToolCall(
-        name=name,
-        arguments=parse_arguments(function.get("arguments"), field=f"{where}.arguments"),
-        id=call_id if isinstance(call_id, str) else None,
-    )
+    arguments = parse_arguments(function.get("arguments"), field=f"{where}.arguments")
+    try:
+        return ToolCall(
+            name=name, arguments=arguments, id=call_id if isinstance(call_id, str) else None
+        )
+    except PromptError as error:
+        # ToolCall names its own field ("name", "arguments.a>b"); put it under this call's.
+        raise PromptError(error.reason, field=f"{where}.{error.field}") from None
 
 
 def parse_arguments(arguments: Any, *, field: str = "arguments") -> dict[str, Any]:
@@ -262,10 +369,7 @@ def parse_arguments(arguments: Any, *, field: str = "arguments") -> dict[str, An
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as error:
-            raise PromptError(f"arguments are not valid JSON: {error}", field=field) from None
+        arguments = load_json(arguments, field)
         if not isinstance(arguments, dict):
             raise PromptError(
                 f"arguments must be a JSON object, got {type(arguments).__name__}", field=field
@@ -275,7 +379,4 @@ def parse_arguments(arguments: Any, *, field: str = "arguments") -> dict[str, An
             f"arguments must be an object or JSON object text, got {type(arguments).__name__}",
             field=field,
         )
-    for key in arguments:
-        if not isinstance(key, str):
-            raise PromptError(f"argument names must be strings, got {key!r}", field=field)
-    return dict(arguments)
+    return dict(arguments)  # names, nesting: checked by ToolCall

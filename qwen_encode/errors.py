@@ -10,12 +10,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def printable(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates written as ``\\udXXX`` escapes.
+
+    A surrogate is valid in a Python string and in JSON (``"\\ud800"``) but has no UTF-8
+    encoding: an error message quoting one crashed whoever printed or logged it. Everything else
+    is left as it is."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class QwenEncodeError(Exception):
     """Base class of every error qwen-encode raises on purpose."""
 
 
 class PromptError(QwenEncodeError, ValueError):
-    """A conversation the Qwen 3.8 protocol cannot render.
+    """A conversation the Qwen 3.8 protocol cannot render, or an argument of a public function
+    that is not what it must be (a flag that is not a bool, a list that is not a list).
 
     ``reason`` is the bare explanation; where the checkpoint's template raises for the same input it
     is the template's own message, word for word ("No user query found in messages.").
@@ -23,9 +33,9 @@ class PromptError(QwenEncodeError, ValueError):
     """
 
     def __init__(self, reason: str, *, message_index: int | None = None, field: str | None = None):
-        self.reason = reason
+        self.reason = printable(reason)
         self.message_index = message_index
-        self.field = field
+        self.field = None if field is None else printable(field)
         super().__init__(self._describe())
 
     def _describe(self) -> str:
@@ -60,7 +70,7 @@ class VocabularyError(QwenEncodeError, ValueError):
 
     def __init__(self, source: str, problems: Sequence[str]):
         self.source = source
-        self.problems = tuple(problems)
+        self.problems = tuple(printable(p) for p in problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{source}: the vocabulary does not carry the Qwen 3.8 protocol:\n{lines}")
 
@@ -73,6 +83,16 @@ class ParseError(QwenEncodeError, ValueError):
     """A completion broke the protocol's grammar; ``offset`` is where, in characters."""
 
     def __init__(self, reason: str, *, offset: int):
-        self.reason = reason
+        self.reason = printable(reason)
         self.offset = offset
-        super().__init__(f"at offset {offset}: {reason}")
+        super().__init__(f"at offset {offset}: {self.reason}")
+
+
+class TokenIdError(QwenEncodeError, ValueError):
+    """A token ID that is not one of the vocabulary's: not an integer, negative, or past the
+    vocabulary. ``position`` is its index in the sequence given."""
+
+    def __init__(self, reason: str, *, position: int):
+        self.reason = reason
+        self.position = position
+        super().__init__(f"token IDs[{position}]: {reason}")

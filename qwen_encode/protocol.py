@@ -23,7 +23,16 @@ from functools import cached_property
 from typing import Any, TypeAlias
 
 from . import markers as mk
-from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
+from .conversation import (
+    ImageBlock,
+    TextBlock,
+    ToolCall,
+    Turn,
+    VideoBlock,
+    json_depth_problem,
+    load_json,
+    turns_from_messages,
+)
 from .errors import PromptError
 
 __all__ = [
@@ -133,8 +142,22 @@ class _Builder:
         if field is None:
             self._pending.append(text)
             return
+        if (surrogate := _SURROGATE.search(text)) is not None:
+            # Valid in a Python str and in JSON ("\ud800"), but no UTF-8 text holds it: the
+            # tokenizer would fail on the whole batch (TypeError), a writer on the whole output.
+            raise self.error(
+                f"holds a lone UTF-16 surrogate (U+{ord(surrogate.group()):04X} at character "
+                f"{surrogate.start()}), which is not text",
+                field,
+            )
         self._flush()
         self._segments.append(Text(text, self._turn, self._trained, field))
+
+    def error(self, reason: str, field: str) -> PromptError:
+        """A ``PromptError`` about ``field`` of the message being rendered."""
+        return PromptError(
+            reason, message_index=self._turn if self._turn >= 0 else None, field=field
+        )
 
     def protocol(self, text: str) -> None:
         """Protocol-authored text; the markers it spells (the tools block's example and reminder
@@ -161,6 +184,7 @@ class _Builder:
 
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,15 +265,15 @@ def _tojson(value: Any, field: str) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as error:
         # transformers would render a "<set>"-style placeholder; a value that is not JSON is a bug.
+        # (ValueError: also an integer past Python's 4,300-digit conversion limit.)
         raise PromptError(f"is not JSON-serialisable: {error}", field=field) from None
+    except RecursionError:  # a self-containing value; deep ones are refused before this
+        raise PromptError("nests too deeply to serialise", field=field) from None
 
 
 def _tool_signature_lines(tools: Any) -> list[str]:
     if isinstance(tools, str):
-        try:
-            tools = json.loads(tools)
-        except json.JSONDecodeError as error:
-            raise PromptError(f"tools are not valid JSON: {error}", field="tools") from None
+        tools = load_json(tools, "tools")
     if isinstance(tools, Mapping) or not isinstance(tools, Sequence):
         # The template skips a mapping (`tools is not mapping`): the tools would vanish unseen.
         raise PromptError(f"tools must be a list, got {type(tools).__name__}", field="tools")
@@ -257,14 +281,13 @@ def _tool_signature_lines(tools: Any) -> list[str]:
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if isinstance(tool, str):
-            try:
-                tool = json.loads(tool)
-            except json.JSONDecodeError as error:
-                raise PromptError(f"not valid JSON: {error}", field=where) from None
+            tool = load_json(tool, where)
         if not isinstance(tool, Mapping):
             raise PromptError(
                 f"a tool must be a JSON object, got {type(tool).__name__}", field=where
             )
+        if problem := json_depth_problem(tool):
+            raise PromptError(problem, field=where)
         lines.append(_tojson(tool, where))
     return lines
 
@@ -299,16 +322,26 @@ def _tool_call_segments(b: _Builder, call: ToolCall, where: str) -> None:
         b.text(">\n")
         # `args_value | string if args_value is string else args_value | tojson`: strings are
         # spliced raw (no quotes, no escaping, no trimming), everything else is JSON.
-        b.text(value if isinstance(value, str) else _tojson(value, field), field)
+        if not isinstance(value, str):
+            try:
+                value = _tojson(value, field)
+            except PromptError as error:
+                raise b.error(error.reason, field) from None
+        b.text(value, field)
         b.text("\n</parameter>\n")
     b.text("</function>\n")
     b.special(mk.TOOL_CALL_CLOSE)
 
 
 def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    """One call in the protocol's grammar, from ``<tool_call>`` to ``</tool_call>``."""
+    """One call in the protocol's grammar, from ``<tool_call>`` to ``</tool_call>``. A name the
+    grammar cannot carry (``markers.call_name_problem``) raises ``PromptError``."""
+    try:
+        call = ToolCall(name, arguments)
+    except PromptError as error:
+        raise PromptError(error.reason, field=f"tool_call.{error.field}") from None
     b = _Builder()
-    _tool_call_segments(b, ToolCall(name, dict(arguments)), "tool_call")
+    _tool_call_segments(b, call, "tool_call")
     return b.prompt().text
 
 
@@ -387,11 +420,12 @@ def _trim(segments: list[Segment], start: int) -> None:
         segments.pop()
 
 
-def _is_tool_response_wrapper(turn: Turn, add_vision_id: bool) -> bool:
+def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bool:
     """Template lines 97-100: a user turn whose trimmed content starts with ``<tool_response>``
     and ends with ``</tool_response>`` is not a real query (multi-step tool use)."""
     b = _Builder()
-    _content_segments(b, turn, 0, None, add_vision_id)
+    b.begin(index, False)
+    _content_segments(b, turn, index, None, add_vision_id)
     text = b.prompt().text
     return text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)
 
@@ -755,7 +789,7 @@ def _last_query_index(turns: Sequence[Turn], add_vision_id: bool, continuing: bo
             # transformers appends its continuation tag to this content before rendering, so the
             # template sees it ending in the tag: never a tool-response wrapper.
             return index
-        if not _is_tool_response_wrapper(turn, add_vision_id):
+        if not _is_tool_response_wrapper(turn, index, add_vision_id):
             return index
     raise PromptError("No user query found in messages.")
 

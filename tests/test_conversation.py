@@ -147,3 +147,122 @@ def test_to_message_round_trips() -> None:
         qe.Turn("tool", "result", tool_call_id="id1", name="f"),
     )
     assert qe.turns_from_messages([t.to_message() for t in turns]) == turns
+
+
+# -- bad input at the door (issue 9): typed errors naming the field, never a crash ------------
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("messages", [None, 5, 3.5, True, object()])
+def test_messages_of_a_wrong_type(messages) -> None:
+    with pytest.raises(qe.PromptError, match="must be a list of message objects") as raised:
+        qe.turns_from_messages(messages)
+    assert raised.value.field == "messages"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"content": 5}, "content"),
+        ({"content": [5]}, "content[0]"),
+        ({"content": ("x",)}, "content[0]"),
+        ({"role": ["user"]}, "role"),
+        ({"role": "assistant", "reasoning": 1}, "reasoning"),
+        ({"role": "assistant", "tool_calls": "f"}, "tool_calls"),
+        ({"role": "assistant", "tool_calls": [{"name": "f"}]}, "tool_calls[0]"),
+        ({"tool_call_id": 7}, "tool_call_id"),
+        ({"name": b"n"}, "name"),
+    ],
+)
+def test_turn_checks_its_types_when_made(kwargs: dict, field: str) -> None:
+    with pytest.raises(qe.PromptError) as raised:
+        qe.Turn(**{"role": "user", **kwargs})
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ((5, {}), "name"),
+        (("f", None), "arguments"),
+        (("f", [("a", 1)]), "arguments"),
+        (("f", {1: "x"}), "arguments"),
+        (("f", {}, 12), "id"),
+        (("", {}), "name"),
+        (("a b", {}), "name"),
+        (("f\n", {}), "name"),
+        (("{{ tc.name }}", {}), "name"),
+        (("f", {"a>b": "v"}), "arguments.a>b"),
+        (("f", {"": "v"}), "arguments."),
+        (("f", {" ": "v"}), "arguments. "),
+        (("f", {"<p": "v"}), "arguments.<p"),
+        (("f", {"a": _nested(101)}), "arguments"),
+    ],
+)
+def test_tool_call_refuses_what_the_call_format_cannot_carry(args: tuple, field: str) -> None:
+    with pytest.raises(qe.PromptError) as raised:
+        qe.ToolCall(*args)
+    assert raised.value.field == field
+
+
+def test_tool_call_at_the_depth_limit_is_accepted() -> None:
+    assert qe.ToolCall("f", {"a": _nested(99)}).arguments["a"] == _nested(99)
+
+
+def test_self_containing_arguments_are_too_deep_not_a_recursion_error() -> None:
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(qe.PromptError, match="nests more than 100"):
+        qe.ToolCall("f", {"a": loop})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ('{"a": ' * 3000 + "1" + "}" * 3000, "nests more than 100"),  # past the C decoder's limit
+        ('{"a": ' * 150 + "1" + "}" * 150, "nests more than 100"),
+        ('{"a": ' + "7" * 5000 + "}", "integer too long"),
+        ('{"a": [' + "1," * 10 + "]}", "not valid JSON"),
+    ],
+)
+def test_arguments_text_errors_name_the_message_and_call(arguments: str, reason: str) -> None:
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": arguments}}]},
+    ]
+    with pytest.raises(qe.PromptError, match=reason) as raised:
+        qe.turns_from_messages(messages)
+    assert (raised.value.message_index, raised.value.field) == (
+        1,
+        "tool_calls[0].function.arguments",
+    )
+
+
+def test_call_names_are_checked_in_messages() -> None:
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"x\ny": 1}}]},
+    ]
+    with pytest.raises(qe.PromptError, match="whitespace") as raised:
+        qe.turns_from_messages(messages)
+    assert str(raised.value).startswith("messages[1].tool_calls[0].arguments.x")
+
+
+def test_to_dict_of_an_integer_past_the_digit_limit_is_a_prompt_error() -> None:
+    call = qe.ToolCall("f", {"n": 10**5000})
+    with pytest.raises(qe.PromptError, match="not JSON-serialisable"):
+        call.to_dict()
+
+
+def test_error_messages_never_carry_a_lone_surrogate() -> None:
+    # Quoting the caller's value is useful; a raw surrogate in the message crashed any writer.
+    error = qe.PromptError("Unexpected reasoning effort \ud800.", field="a\udcff")
+    str(error).encode("utf-8")
+    assert error.reason == "Unexpected reasoning effort \\ud800."
+    assert error.field == "a\\udcff"

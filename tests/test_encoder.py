@@ -112,13 +112,28 @@ def test_literal_mode_encodes_markers_as_text(encoder: qe.Encoder, ordinary) -> 
 
 
 def test_marker_spelled_across_a_join_is_still_text(encoder: qe.Encoder) -> None:
-    # A tool name "<think" followed by the protocol's ">\n" spells <think> in the template's string.
-    messages = [
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "tool_calls": [{"name": "<think", "arguments": {"a": "<tool_call"}}]},
-        {"role": "tool", "content": "r"},
-    ]
-    prompt = qe.format_prompt(messages)
+    # Caller text "<think" followed by protocol text ">\n" spells <think> in the joined string.
+    # format_prompt no longer lets a tool name hold "<" (markers.call_name_problem), so the join
+    # is built by hand: the encoder's check on whole runs is the second line of defence.
+    with pytest.raises(qe.PromptError, match="cannot carry"):
+        qe.format_prompt(
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "tool_calls": [{"name": "<think", "arguments": {}}]},
+                {"role": "tool", "content": "r"},
+            ]
+        )
+    prompt = qe.Prompt(
+        (
+            qe.Special(mk.TOOL_CALL_OPEN, turn=1),
+            qe.Text("\n<function=", turn=1),
+            qe.Text("<think", turn=1, field="tool_calls[0].name"),
+            qe.Text(">\n<parameter=a>\n", turn=1),
+            qe.Text("<tool_call", turn=1, field="tool_calls[0].arguments.a"),
+            qe.Text(">\n</parameter>\n</function>\n", turn=1),
+            qe.Special(mk.TOOL_CALL_CLOSE, turn=1),
+        )
+    )
     e = encoder.encode(prompt)
     specials = sum(1 for s in prompt.segments if isinstance(s, qe.Special))
     assert (
@@ -216,7 +231,9 @@ def _conversation(s: list[str]) -> tuple[list[dict], list[dict]]:
             "role": "assistant",
             "content": s[4],
             "reasoning_content": s[5],
-            "tool_calls": [{"name": s[6], "arguments": {s[7]: s[8], "n": [s[9]]}}],
+            # Names cannot hold a marker at all ("<" and ">" are refused: call_name_problem),
+            # so the marker texts go into the values, raw strings and JSON alike.
+            "tool_calls": [{"name": "f", "arguments": {"a": s[6], "b": s[7] + s[8], "n": [s[9]]}}],
         },
         {"role": "tool", "content": s[10]},
         {"role": "user", "content": [{"type": "text", "text": s[11]}, {"type": "image"}]},

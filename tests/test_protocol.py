@@ -427,3 +427,158 @@ def test_format_turn_renders_each_role_alone() -> None:
     assert {s.turn for s in qe.format_turn({"role": "user", "content": "u"}, index=4).segments} == {
         4
     }
+
+
+# -- bad input (issue 9): surrogates, names, nesting, digits -------------------------------------
+
+SURROGATE_CASES = [
+    (
+        [{"role": "user", "content": "ok"}, {"role": "user", "content": "a \ud800"}],
+        None,
+        1,
+        "content",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}],
+        None,
+        0,
+        "content[0].text",
+    ),
+    (
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a", "reasoning_content": "r\ud83d"},
+            {"role": "user", "content": "q"},
+        ],
+        None,
+        1,
+        "reasoning_content",
+    ),
+    (
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"p": "\ud800"}}]},
+            {"role": "tool", "content": "r"},
+        ],
+        None,
+        1,
+        "tool_calls[0].arguments.p",
+    ),
+    (
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"p": ["\ud800"]}}]},
+            {"role": "tool", "content": "r"},
+        ],
+        None,
+        1,
+        "tool_calls[0].arguments.p",
+    ),
+    (
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "tool_calls": [{"name": "f\ud800", "arguments": {}}]},
+            {"role": "tool", "content": "r"},
+        ],
+        None,
+        1,
+        "tool_calls[0].name",
+    ),
+    (
+        [{"role": "system", "content": "\ud800"}, {"role": "user", "content": "q"}],
+        None,
+        0,
+        "content",
+    ),
+    (
+        [{"role": "user", "content": "q"}],
+        [{"name": "f", "description": "\ud800"}],
+        None,
+        "tools[0]",
+    ),
+    ([{"role": "user", "content": "q"}], ['{"name": "f\\ud800"}'], None, "tools[0]"),
+]
+
+
+@pytest.mark.parametrize(("messages", "tools", "index", "field"), SURROGATE_CASES)
+def test_lone_surrogates_are_a_prompt_error_naming_the_field(messages, tools, index, field) -> None:
+    with pytest.raises(qe.PromptError, match="lone UTF-16 surrogate") as raised:
+        qe.format_prompt(messages, tools=tools)
+    assert (raised.value.message_index, raised.value.field) == (index, field)
+    str(raised.value).encode("utf-8")  # printable: the message itself holds no surrogate
+
+
+def test_a_surrogate_in_a_tool_response_wrapper_is_found_at_its_own_index() -> None:
+    # The "is it a real query" check renders user content before the main loop does.
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "<tool_response>\ud800</tool_response>"},
+    ]
+    with pytest.raises(qe.PromptError) as raised:
+        qe.format_prompt(messages)
+    assert (raised.value.message_index, raised.value.field) == (2, "content")
+
+
+def test_a_surrogate_reasoning_effort_is_quoted_printably() -> None:
+    with pytest.raises(qe.PromptError) as raised:
+        qe.format_prompt([{"role": "user", "content": "q"}], reasoning_effort="\ud800")
+    assert "\\ud800" in str(raised.value)
+    str(raised.value).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "field"),
+    [
+        ("f", {"a>b": "v"}, "tool_call.arguments.a>b"),
+        ("f", {"a\nb": "v"}, "tool_call.arguments.a\nb"),
+        ("f", {"": "v"}, "tool_call.arguments."),
+        ("f", {"  ": "v"}, "tool_call.arguments.  "),
+        ("a<b", {}, "tool_call.name"),
+        ("", {}, "tool_call.name"),
+        (" ", {}, "tool_call.name"),
+        ("f\n", {}, "tool_call.name"),
+        (5, {}, "tool_call.name"),
+        ("f", None, "tool_call.arguments"),
+        ("f", "{}", "tool_call.arguments"),
+    ],
+)
+def test_format_tool_call_refuses_names_the_format_cannot_carry(name, arguments, field) -> None:
+    # Before: format_tool_call("f", {"a>b": "v"}) rendered, and parsed back as {'a': 'b>\nv'}.
+    with pytest.raises(qe.PromptError) as raised:
+        qe.format_tool_call(name, arguments)
+    assert raised.value.field == field
+
+
+def _deep(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"type": "object", "properties": {"a": value}}
+    return value
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"name": "f", "parameters": _deep(60)}],
+        [json.dumps({"name": "f", "parameters": _deep(60)})],
+        json.dumps([{"name": "f", "parameters": _deep(60)}]),
+        "[" * 5000 + "]" * 5000,
+        ['{"name": "f", "n": ' + "9" * 5000 + "}"],
+    ],
+)
+def test_deep_or_huge_tools_are_a_prompt_error(tools) -> None:
+    with pytest.raises(qe.PromptError) as raised:
+        qe.format_prompt([{"role": "user", "content": "q"}], tools=tools)
+    assert raised.value.field in ("tools", "tools[0]")
+
+
+def test_huge_integer_argument_is_a_prompt_error() -> None:
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"n": 10**5000}}]},
+        {"role": "tool", "content": "r"},
+    ]
+    with pytest.raises(qe.PromptError, match="not JSON-serialisable") as raised:
+        qe.format_prompt(messages)
+    assert (raised.value.message_index, raised.value.field) == (1, "tool_calls[0].arguments.n")
