@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, Literal, NoReturn, TypeAlias, overload
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -28,7 +28,7 @@ from . import markers as mk
 from .checkpoint import resolve_checkpoint
 from .conversation import Turn, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens
-from .errors import MarkerInTextError, PromptError
+from .errors import MarkerInTextError, PromptError, TokenIdError
 from .protocol import (
     Prompt,
     ReasoningEffort,
@@ -56,6 +56,7 @@ _AUTO_FASTOKENS_CHARS = 8_000_000
 # Text runs recur across requests (the tools block, a shared system prompt, every earlier turn of
 # a growing chat): their IDs are kept, up to this many bytes of text plus IDs.
 _RUN_CACHE_BYTES = 64 << 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,14 +202,70 @@ class Encoder:
         # Qwen checkpoints pad with <|endoftext|> (tokenizer_config.json pad_token).
         return self.vocabulary.marker_ids[mk.END_OF_TEXT]
 
+    @property
+    def vocab_size(self) -> int:
+        """How many IDs the vocabulary has, added tokens included: valid IDs are below it."""
+        return self.vocabulary.report.vocab_size
+
+    def check_ids(self, ids: Iterable[int] | np.ndarray) -> list[int]:
+        """``ids`` as a list of Python ints, each checked: an integer (not a bool, not a float
+        such as 3.0, which would be truncated silently) from 0 to ``vocab_size - 1``. Raises
+        ``TokenIdError`` naming the first bad position. tokenizers itself would return '' for an
+        ID past the vocabulary and raise OverflowError for a negative one."""
+        if isinstance(ids, str | bytes | bytearray | Mapping) or not isinstance(
+            ids, Iterable | np.ndarray
+        ):
+            raise TokenIdError(
+                f"expected a sequence of token IDs, got {type(ids).__name__}", position=0
+            )
+        size = self.vocab_size
+        if not isinstance(ids, np.ndarray):
+            ids = list(ids)
+            try:
+                array = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+            except (OverflowError, TypeError, ValueError):  # an int past 64 bits, ragged lists
+                array = np.asarray(ids, dtype=object)
+        else:
+            array = ids
+        if array.ndim == 1 and array.dtype.kind in "iu":
+            # The common case, checked without a Python loop over the IDs.
+            bad = np.flatnonzero((array < 0) | (array >= size))
+            if not len(bad):
+                return array.tolist()
+            position = int(bad[0])
+            raise TokenIdError(
+                f"ID {int(array[position])} is outside the vocabulary (0 to {size - 1})",
+                position=position,
+            )
+        checked: list[int] = []
+        items = ids if isinstance(ids, list) else array.tolist() if array.ndim == 1 else list(array)
+        for position, token in enumerate(items):
+            if isinstance(token, bool | np.bool_) or not isinstance(token, int | np.integer):
+                raise TokenIdError(
+                    f"expected an integer ID, got {type(token).__name__} {token!r}",
+                    position=position,
+                )
+            token = int(token)
+            if not 0 <= token < size:
+                raise TokenIdError(
+                    f"ID {token} is outside the vocabulary (0 to {size - 1})", position=position
+                )
+            checked.append(token)
+        return checked
+
     def decode(self, ids: Iterable[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
-        return self._tokenizer.decode(
-            [int(i) for i in ids], skip_special_tokens=skip_special_tokens
-        )
+        """The text of ``ids`` (checked as ``check_ids`` checks them)."""
+        if not isinstance(skip_special_tokens, bool):
+            raise PromptError(
+                f"must be a bool, got {skip_special_tokens!r}", field="skip_special_tokens"
+            )
+        return self._tokenizer.decode(self.check_ids(ids), skip_special_tokens=skip_special_tokens)
 
     # -- encoding ---------------------------------------------------------------------------
 
     def encode(self, prompt: Prompt) -> Encoding:
+        """The IDs of one ``Prompt`` (from ``format_prompt``); see ``encode_messages`` for
+        message dicts."""
         return self.encode_batch([prompt])[0]
 
     def encode_messages(
@@ -247,25 +304,31 @@ class Encoder:
     @overload
     def encode_batch(
         self, prompts: Sequence[Prompt], *, errors: Literal["return"]
-    ) -> list[Encoding | MarkerInTextError]: ...
+    ) -> list[Encoding | PromptError]: ...
 
     def encode_batch(
         self, prompts: Sequence[Prompt], *, errors: Literal["raise", "return"] = "raise"
-    ) -> list[Encoding] | list[Encoding | MarkerInTextError]:
+    ) -> list[Encoding] | list[Encoding | PromptError]:
         """Encode many prompts; all their new text goes through the engine's parallel batch
         API in one call, and text already encoded (see ``cache_bytes``) is not encoded again.
 
-        With ``markers_in_text="reject"`` a prompt can be refused: ``errors="raise"`` raises its
-        ``MarkerInTextError``; ``errors="return"`` puts it in that prompt's place and still
-        encodes the others (what a batch job that reports bad lines wants)."""
+        A prompt can be refused: one that spells a marker with ``markers_in_text="reject"``
+        (``MarkerInTextError``), or that is not a ``Prompt`` or holds text no tokenizer takes (a
+        lone surrogate in a hand-made segment: ``PromptError``). ``errors="raise"`` raises the
+        first; ``errors="return"`` puts each in its prompt's place and still encodes the others
+        (what a batch job that reports bad lines wants)."""
         if errors not in ("raise", "return"):
-            raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
-        refused: dict[int, MarkerInTextError] = {}
+            raise PromptError(f"must be 'raise' or 'return', got {errors!r}", field="errors")
+        if isinstance(prompts, Prompt | str | bytes | Mapping) or not isinstance(prompts, Iterable):
+            raise PromptError(
+                f"expected a list of Prompt values, got {type(prompts).__name__}", field="prompts"
+            )
+        refused: dict[int, PromptError] = {}
         layouts: list[list[Special | _Run]] = []
         for position, prompt in enumerate(prompts):
             try:
                 layouts.append(self._layout(prompt))
-            except MarkerInTextError as error:
+            except PromptError as error:
                 if errors == "raise":
                     raise
                 refused[position] = error
@@ -309,6 +372,12 @@ class Encoder:
         return {"entries": len(self._cache), "bytes": self._cache_bytes, "limit": self._cache_limit}
 
     def _remember(self, text: str, ids: np.ndarray) -> None:
+        if text in self._cache:
+            # Two threads missed the same text and both encoded it: the entry is already counted
+            # (storing it again would count its bytes twice and evict it once, and the cache
+            # would believe it is full while it holds nothing).
+            self._cache.move_to_end(text)
+            return
         cost = len(text) + ids.nbytes + 100  # ~100 bytes of dict and array overhead per entry
         if cost > self._cache_limit:
             return
@@ -328,8 +397,20 @@ class Encoder:
         1 for real tokens), ``assistant_mask`` (bool) and ``turn_index`` (int32, -1 padding).
         ``pad_id`` defaults to ``<|endoftext|>``, Qwen's pad token."""
         if side not in ("right", "left"):
-            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
-        pad = self.pad_id if pad_id is None else int(pad_id)
+            raise PromptError(f"must be 'right' or 'left', got {side!r}", field="side")
+        pad = self.pad_id if pad_id is None else self.check_ids([pad_id])[0]
+        if isinstance(encodings, Encoding) or not isinstance(encodings, Iterable):
+            raise PromptError(
+                f"expected a list of Encoding values, got {type(encodings).__name__}",
+                field="encodings",
+            )
+        encodings = list(encodings)
+        for position, encoding in enumerate(encodings):
+            if not isinstance(encoding, Encoding):
+                raise PromptError(
+                    f"expected an Encoding, got {type(encoding).__name__}",
+                    field=f"encodings[{position}]",
+                )
         rows = len(encodings)
         width = max((len(e) for e in encodings), default=0)
         out = {
@@ -358,6 +439,12 @@ class Encoder:
 
     def _layout(self, prompt: Prompt) -> list[Special | _Run]:
         """The prompt as markers and text runs, after applying ``markers_in_text``."""
+        if not isinstance(prompt, Prompt):
+            raise PromptError(
+                f"expected a Prompt (from format_prompt), got {type(prompt).__name__}; "
+                "encode_messages takes message dicts",
+                field="prompt",
+            )
         layout: list[Special | _Run] = []
         items: list[Text] = []
         for segment in (*prompt.segments, None):
@@ -378,6 +465,10 @@ class Encoder:
             parts.append((start, segment.turn, segment.trained))
             start += len(segment.text)
         text = "".join(segment.text for segment in segments)
+        if not text.isascii() and (surrogate := _SURROGATE.search(text)) is not None:
+            # format_prompt refuses these in caller fields; a hand-made segment can still hold
+            # one, and the engine would fail the whole batch on it (TypeError).
+            return self._unencodable(segments, surrogate.start())
         literal = False
         # The whole run is checked, not each segment: a tool name "<think" followed by the
         # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
@@ -387,6 +478,19 @@ class Encoder:
             literal = True
         crosses = len({part[1:] for part in parts}) > 1
         return _Run(text, tuple(parts), literal, crosses)
+
+    @staticmethod
+    def _unencodable(segments: list[Text], at: int) -> NoReturn:
+        for segment in segments:
+            if at < len(segment.text):
+                raise PromptError(
+                    f"holds a lone UTF-16 surrogate (U+{ord(segment.text[at]):04X} at character "
+                    f"{at}), which is not text",
+                    message_index=segment.turn if segment.turn >= 0 else None,
+                    field=segment.field or "text",
+                )
+            at -= len(segment.text)
+        raise AssertionError("surrogate position outside the run")
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
