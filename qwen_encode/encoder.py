@@ -31,6 +31,7 @@ from .engines import Engine, TokenizersEngine, load_fastokens
 from .errors import MarkerInTextError, PromptError, TokenIdError
 from .protocol import (
     Prompt,
+    PromptPlan,
     ReasoningEffort,
     Special,
     Text,
@@ -556,6 +557,14 @@ class Encoder:
             lengths.append(1)
 
 
+def _concatenate(parts: Sequence[Encoding]) -> Encoding:
+    return Encoding(
+        input_ids=np.concatenate([p.input_ids for p in parts]),
+        assistant_mask=np.concatenate([p.assistant_mask for p in parts]),
+        turn_index=np.concatenate([p.turn_index for p in parts]),
+    )
+
+
 class ChatSession:
     """A conversation that grows one message at a time, for servers that need input_ids after
     every turn.
@@ -593,6 +602,13 @@ class ChatSession:
         # Per turn: the layout it was encoded with, and its arrays.
         self._encoded: list[tuple[TurnLayout, Encoding]] = []
         self._edges: dict[tuple[Any, ...], Encoding] = {}  # head and tail, by their segments
+        # The last plan, so the next one plans only what the new turns change; and the head plus
+        # the first `_joined_turns` turns already concatenated, so a new turn appends to them.
+        # Both keep a turn's cost independent of the history before it (bar one copy of its IDs).
+        self._plan: PromptPlan | None = None
+        self._joined: Encoding | None = None
+        self._joined_head: Encoding | None = None
+        self._joined_turns = 0
 
     @property
     def turns(self) -> tuple[Turn, ...]:
@@ -616,7 +632,12 @@ class ChatSession:
     def pop(self) -> Turn:
         """Remove and return the last message (e.g. after ``encoding()`` refused it)."""
         turn = self._turns.pop()
-        del self._encoded[len(self._turns) :]
+        kept = len(self._turns)
+        del self._encoded[kept:]
+        if self._plan is not None and len(self._plan.layouts) > kept:
+            self._plan = None  # planned with the popped turn: the next plan starts afresh
+        if self._joined_turns > kept:
+            self._joined, self._joined_turns = None, 0
         return turn
 
     def prompt(self) -> Prompt:
@@ -624,26 +645,32 @@ class ChatSession:
 
     def encoding(self) -> Encoding:
         """The conversation so far, encoded (with the generation primer when asked for)."""
-        plan = plan_prompt(self._turns, **self._options)
-        parts = [self._edge(plan.head)]
-        for index, (turn, layout) in enumerate(zip(self._turns, plan.layouts, strict=True)):
+        plan = plan_prompt(self._turns, **self._options, previous=self._plan)
+        head = self._edge(plan.head)
+        if self._joined is not None and self._joined_head is not head:
+            self._joined, self._joined_turns = None, 0
+        # Layouts before `unchanged` are the previous plan's, so those turns' IDs stand.
+        changed = len(self._turns)
+        for index in range(plan.unchanged, len(self._turns)):
+            layout = plan.layouts[index]
             if index < len(self._encoded) and self._encoded[index][0] == layout:
-                parts.append(self._encoded[index][1])
                 continue
             encoded = self._encoder.encode(
-                Prompt(render_turn(turn, index, layout, plan.add_vision_id))
+                Prompt(render_turn(self._turns[index], index, layout, plan.add_vision_id))
             )
             if index < len(self._encoded):
                 self._encoded[index] = (layout, encoded)
             else:
                 self._encoded.append((layout, encoded))
-            parts.append(encoded)
-        parts.append(self._edge(plan.tail))
-        return Encoding(
-            input_ids=np.concatenate([p.input_ids for p in parts]),
-            assistant_mask=np.concatenate([p.assistant_mask for p in parts]),
-            turn_index=np.concatenate([p.turn_index for p in parts]),
-        )
+            changed = min(changed, index)
+        self._plan = plan
+        if self._joined_turns > changed:
+            self._joined, self._joined_turns = None, 0
+        parts = [head] if self._joined is None else [self._joined]
+        parts += [encoded for _, encoded in self._encoded[self._joined_turns :]]
+        joined = _concatenate(parts)
+        self._joined, self._joined_head, self._joined_turns = joined, head, len(self._turns)
+        return _concatenate([joined, self._edge(plan.tail)])
 
     def _edge(self, segments: tuple[Any, ...]) -> Encoding:
         if segments not in self._edges:

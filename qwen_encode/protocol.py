@@ -613,6 +613,10 @@ class PromptPlan:
     layouts: tuple[TurnLayout, ...]
     tail: tuple[Segment, ...]
     add_vision_id: bool
+    #: Index of the last real user query (template lines 94-106).
+    last_query: int = -1
+    #: How many leading layouts were taken unchanged from ``previous`` (see ``plan_prompt``).
+    unchanged: int = 0
 
 
 def format_prompt(
@@ -659,9 +663,19 @@ def plan_prompt(
     add_generation_prompt: bool = True,
     add_vision_id: bool = False,
     continue_final_message: bool = False,
+    *,
+    previous: PromptPlan | None = None,
 ) -> PromptPlan:
     """Check a conversation the way the template does, in the template's order, and lay it out.
-    Raises ``PromptError`` for everything ``format_prompt`` refuses."""
+    Raises ``PromptError`` for everything ``format_prompt`` refuses.
+
+    ``previous`` is for a conversation that grows (a chat session): the plan of a prefix of
+    ``turns``, made with the same options. Its head and the layouts that no later turn can change
+    are reused, so planning costs what the new turns cost, not what the history does; the result
+    equals planning from scratch. A new turn changes only the ``closes_turn`` of the turn before
+    it and, with ``preserve_thinking=False``, the ``keep_reasoning`` of the turns since the last
+    real query when it is a new one (each turn flips once: amortised constant).
+    ``unchanged`` tells how many leading layouts are ``previous``'s."""
     for name, flag in (
         ("enable_thinking", enable_thinking),
         ("preserve_thinking", preserve_thinking),
@@ -679,7 +693,12 @@ def plan_prompt(
         ReasoningEffort.XHIGH if reasoning_effort is None else reasoning_effort
     )
     instruction = _REASONING_INSTRUCTIONS[effort] if enable_thinking else ""
-    tool_lines = [] if tools is None else _tool_signature_lines(tools)
+    if previous is not None and (
+        continue_final_message or not previous.layouts or len(previous.layouts) > len(turns)
+    ):
+        previous = None  # continuing rewrites the last turn's layout and the last query rule
+    if previous is None:
+        tool_lines = [] if tools is None else _tool_signature_lines(tools)
 
     last = len(turns) - 1
     if continue_final_message:
@@ -692,20 +711,42 @@ def plan_prompt(
             message_index=last,
         )
 
-    head = _Builder()
-    first = turns[0]
-    _system_segments(
-        head, first if first.role == "system" else None, instruction, tool_lines, add_vision_id
-    )
-    last_query = _last_query_index(turns, add_vision_id, continue_final_message)
+    if previous is None:
+        builder = _Builder()
+        first = turns[0]
+        _system_segments(
+            builder,
+            first if first.role == "system" else None,
+            instruction,
+            tool_lines,
+            add_vision_id,
+        )
+        head = tuple(builder.segments)
+        last_query = _last_query_index(turns, add_vision_id, continue_final_message)
+        start = 0
+    else:
+        head = previous.head
+        last_query = _last_query_index(
+            turns, add_vision_id, continue_final_message, stop=previous.last_query
+        )
+        start = len(previous.layouts) - 1  # its closes_turn depends on the turn after it
+        if not preserve_thinking and last_query != previous.last_query:
+            start = min(start, previous.last_query + 1)
 
-    layouts = []
-    images = videos = 0
-    for index, turn in enumerate(turns):
-        previous = turns[index - 1].role if index else None
+    layouts: list[TurnLayout] = [] if previous is None else list(previous.layouts[:start])
+    if previous is None:
+        images = videos = 0
+    else:
+        images, videos = (
+            previous.layouts[start].images_before,
+            previous.layouts[start].videos_before,
+        )
+    for index in range(start, len(turns)):
+        turn = turns[index]
+        before = turns[index - 1].role if index else None
         if turn.role == "system" and index:
             raise PromptError("System message must be at the beginning.", message_index=index)
-        if turn.role == "tool" and previous in (None, "system", "user"):
+        if turn.role == "tool" and before in (None, "system", "user"):
             raise PromptError(
                 "a tool result must follow an assistant turn (the template would render it "
                 "without one)",
@@ -714,7 +755,7 @@ def plan_prompt(
         layouts.append(
             TurnLayout(
                 keep_reasoning=preserve_thinking or index > last_query,
-                opens_turn=previous != "tool",
+                opens_turn=before != "tool",
                 closes_turn=index == last or turns[index + 1].role != "tool",
                 open_end=continue_final_message and index == last,
                 images_before=images,
@@ -739,10 +780,12 @@ def plan_prompt(
             tail.special(mk.THINK_CLOSE)
             tail.text("\n\n")
     return PromptPlan(
-        head=tuple(head.segments),
+        head=head,
         layouts=tuple(layouts),
         tail=tuple(tail.segments),
         add_vision_id=add_vision_id,
+        last_query=last_query,
+        unchanged=start,
     )
 
 
@@ -778,10 +821,13 @@ def render_turn(
     return tuple(b.segments)
 
 
-def _last_query_index(turns: Sequence[Turn], add_vision_id: bool, continuing: bool) -> int:
+def _last_query_index(
+    turns: Sequence[Turn], add_vision_id: bool, continuing: bool, stop: int = -1
+) -> int:
     """Template lines 94-106: the last user turn that is a real query, not a tool-response
-    wrapper; thinking of assistant turns after it is always kept."""
-    for index in range(len(turns) - 1, -1, -1):
+    wrapper; thinking of assistant turns after it is always kept. ``stop`` is a real query
+    already known (the last one of a shorter prefix): the search ends there."""
+    for index in range(len(turns) - 1, stop, -1):
         turn = turns[index]
         if turn.role != "user":
             continue
@@ -791,6 +837,8 @@ def _last_query_index(turns: Sequence[Turn], add_vision_id: bool, continuing: bo
             return index
         if not _is_tool_response_wrapper(turn, index, add_vision_id):
             return index
+    if stop >= 0:
+        return stop
     raise PromptError("No user query found in messages.")
 
 

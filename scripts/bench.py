@@ -1,14 +1,16 @@
 """Benchmark: qwen-encode against transformers and raw tokenizers, in one process.
 
     python scripts/bench.py [--model ../shared/checkpoints/qwen3.8-27b] [--conversations 1000]
-                            [--runs 5] [--skip-cold]
+                            [--runs 5] [--skip-cold] [--chat-turns 2000] [--only-long-chat]
 
 Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against transformers'
 ``apply_chat_template(tokenize=True)``, plus the commit measured. Sections:
 1. transformers apply_chat_template(tokenize=True), per conversation
 2. tokenizers encode_batch on the pre-rendered strings
 3. qwen-encode per conversation and batched, per engine (run cache cleared before every run)
-4. incremental chat: one conversation grown to 64 turns, input_ids after every turn
+4. incremental chat: one conversation grown to 64 turns, input_ids after every turn; then one
+   grown to ``--chat-turns`` turns (qwen-encode only: transformers is quadratic there), with the
+   cost of one new user turn early and late, and their ratio
 5. cold start: process start to the first input_ids of one short request (subprocesses)
 6. load + validate of the vocabulary, per engine (subprocesses, with peak RSS)
 
@@ -273,6 +275,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-cold", action="store_true", help="skip sections 5 and 6")
     parser.add_argument("--only-cold", action="store_true", help="only sections 5 and 6")
+    parser.add_argument("--chat-turns", type=int, default=2000, help="length of the long chat")
+    parser.add_argument("--only-long-chat", action="store_true", help="only the long chat of 4")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -288,6 +292,9 @@ def main() -> None:
 
     if args.only_cold:
         _cold(model, max(3, args.runs))
+        return
+    if args.only_long_chat:
+        _long_chat(model, args.chat_turns, args.runs)
         return
     corpus = make_corpus(args.conversations)
     encoders = {
@@ -433,8 +440,50 @@ def main() -> None:
             f"last 8 {late * 1e3:.2f} ms (history {len(grown)} turns at the end)"
         )
 
+    _long_chat(model, args.chat_turns, args.runs)
     if not args.skip_cold:
         _cold(model, max(3, args.runs))
+
+
+def _long_chat(model: str, turns: int, runs: int) -> None:
+    """One conversation grown to ``turns`` messages, IDs after every user turn: the cost of a new
+    turn must not grow with the history (issue 9 measured 0.31 ms early, 9.75 ms at turn 2,000)."""
+    pool = [
+        m
+        for c in make_corpus(64, seed=64)
+        for m in c["messages"]
+        if m["role"] in ("user", "assistant") and not m.get("tool_calls")
+    ]
+    users = [m for m in pool if m["role"] == "user"]
+    assistants = [m for m in pool if m["role"] == "assistant"]
+    grown = [
+        users[i // 2 % len(users)] if i % 2 == 0 else assistants[i // 2 % len(assistants)]
+        for i in range(turns)
+    ]
+    print(f"\nlong chat ({turns} turns, input_ids after each of {turns // 2} user turns):")
+    for engine in ("tokenizers", "fastokens"):
+        encoder = qe.Encoder.from_pretrained(model, engine=engine)
+        if encoder.engine != engine:
+            continue
+        early: list[float] = []
+        late: list[float] = []
+        for _ in range(runs):
+            encoder.clear_cache()
+            session = encoder.chat(preserve_thinking=False)
+            times = []
+            for message in grown:
+                session.append(message)
+                if message["role"] == "user":
+                    start = time.perf_counter()
+                    session.encoding()
+                    times.append(time.perf_counter() - start)
+            early += times[:8]
+            late += times[-8:]
+        first, last = statistics.median(early), statistics.median(late)
+        print(
+            f"  cost of one new turn [{engine}]: first 8 user turns {first * 1e3:.2f} ms, "
+            f"last 8 {last * 1e3:.2f} ms, ratio {last / first:.2f} (medians over {runs} runs)"
+        )
 
 
 def _cold(model: str, runs: int) -> None:

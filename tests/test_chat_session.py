@@ -114,3 +114,67 @@ def test_bad_message_names_its_index_and_pop_recovers(encoder: qe.Encoder) -> No
         session.encoding()
     session.pop()
     assert len(session.encoding()) > 0
+
+
+@pytest.mark.parametrize("n", range(1, len(CASES), 2))
+def test_planning_on_a_previous_plan_equals_planning_from_scratch(n: int) -> None:
+    case = CASES[n]
+    turns = qe.turns_from_messages(case["messages"])
+    options = {"tools": case["tools"], **case["kwargs"]}
+    previous = None
+    for k in range(1, len(turns) + 1):
+        try:
+            scratch = qe.plan_prompt(turns[:k], **options)
+        except qe.PromptError:
+            with pytest.raises(qe.PromptError):
+                qe.plan_prompt(turns[:k], **options, previous=previous)
+            continue
+        grown = qe.plan_prompt(turns[:k], **options, previous=previous)
+        assert (grown.head, grown.layouts, grown.tail, grown.last_query) == (
+            scratch.head,
+            scratch.layouts,
+            scratch.tail,
+            scratch.last_query,
+        )
+        previous = grown
+
+
+def test_a_new_turn_plans_only_what_it_changes(encoder: qe.Encoder) -> None:
+    # Issue 9: encoding() at turn 2,000 cost 30x what it did at the start, because every call
+    # re-planned the whole history. A new turn lays out itself and the turn before it only.
+    session = encoder.chat()
+    for i in range(300):
+        session.append({"role": "user", "content": f"q{i}"})
+        session.encoding()
+        assert session._plan is not None
+        assert session._plan.unchanged >= len(session.turns) - 3
+        session.append({"role": "assistant", "content": f"a{i}", "reasoning_content": f"r{i}"})
+
+
+def test_pop_then_another_continuation_equals_scratch(encoder: qe.Encoder) -> None:
+    for preserve in (True, False):
+        session = encoder.chat(preserve_thinking=preserve)
+        session.extend([{"role": "user", "content": "q1"}])
+        session.encoding()
+        session.extend(
+            [
+                {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
+                {"role": "user", "content": "q2"},
+            ]
+        )
+        session.encoding()
+        session.pop()
+        session.pop()
+        session.extend(
+            [
+                {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]},
+                {"role": "tool", "content": "one"},
+            ]
+        )
+        _assert_same(session.encoding(), encoder.encode(session.prompt()))
+        session.append({"role": "tool", "content": "two"})
+        _assert_same(session.encoding(), encoder.encode(session.prompt()))
+        session.extend(
+            [{"role": "assistant", "content": "done"}, {"role": "user", "content": "q3"}]
+        )
+        _assert_same(session.encoding(), encoder.encode(session.prompt()))
