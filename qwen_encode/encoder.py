@@ -10,7 +10,7 @@ encoded as ONE piece (adjacent ``Text`` segments are joined first: encoding ``<p
 
 from __future__ import annotations
 
-import bisect
+import json
 import os
 import re
 import threading
@@ -58,6 +58,71 @@ _AUTO_FASTOKENS_CHARS = 8_000_000
 # a growing chat): their IDs are kept, up to this many bytes of text plus IDs.
 _RUN_CACHE_BYTES = 64 << 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+# Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
+# tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
+# alignments), pieces take time and memory linear in the text, and run in parallel.
+_PIECE_CHARS = 1 << 16
+# Where a run may be cut without changing its IDs: right after a "\n" that is followed by a
+# letter or digit. With the Qwen pre-tokenizer below, no pre-token crosses such a point (the
+# letter run's optional prefix excludes \r\n; every whitespace alternative ends before a
+# non-space), its regex has no look-behind and its one look-ahead (?!\S) sees a letter both
+# ways; NFC never composes across a "\n"; and no added token holds "\n". tests/test_encoder_
+# pieces.py checks every one of the 133,547 such characters, and cut against uncut encoding.
+_SAFE_CUT = re.compile(r"\n(?=[^\W_])")
+# The pre-tokenizers (Split regex + ByteLevel) for which that argument is made: Qwen 3.5-3.8 and
+# Qwen 2-3. Any other vocabulary is encoded uncut.
+_CUTTABLE_PATTERNS = frozenset(
+    {
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+        r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+        r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    }
+)
+
+
+def _cuttable(tokenizer: Tokenizer, added: Iterable[str]) -> bool:
+    """Whether ``_SAFE_CUT`` provably keeps this vocabulary's IDs (see above)."""
+    try:
+        normalizer = (
+            None
+            if tokenizer.normalizer is None
+            else json.loads(tokenizer.normalizer.__getstate__())
+        )
+        pre = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    except Exception:
+        return False
+    if normalizer not in (None, {"type": "NFC"}) or any("\n" in token for token in added):
+        return False
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if not isinstance(steps, list) or len(steps) != 2:
+        return False
+    split, byte_level = steps
+    return (
+        split.get("type") == "Split"
+        and split.get("pattern", {}).get("Regex") in _CUTTABLE_PATTERNS
+        and split.get("behavior") == "Isolated"
+        and split.get("invert") is False
+        and byte_level.get("type") == "ByteLevel"
+        and byte_level.get("use_regex") is False
+        and byte_level.get("add_prefix_space") is False
+    )
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut at safe points into pieces of at least ``_PIECE_CHARS`` characters (the last
+    may be shorter; text with no safe point stays whole)."""
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > 2 * _PIECE_CHARS:
+        cut = _SAFE_CUT.search(text, start + _PIECE_CHARS)
+        if cut is None:
+            break
+        pieces.append(text[start : cut.end()])
+        start = cut.end()
+    pieces.append(text[start:])
+    return pieces
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,6 +204,7 @@ class Encoder:
         self._normalized_match = any(
             token.normalized for token in self._tokenizer.get_added_tokens_decoder().values()
         )
+        self._cuttable = _cuttable(self._tokenizer, vocabulary.added_tokens)
         if engine == "fastokens":
             self._bring_up_fastokens()
 
@@ -357,7 +423,7 @@ class Encoder:
             self._work += sum(map(len, todo))
             if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
                 self._bring_up_fastokens()
-        fresh = dict(zip(todo, self._engine.encode_texts(list(todo)), strict=True))
+        fresh = dict(zip(todo, self._encode_texts(list(todo)), strict=True))
         known.update(fresh)
         encodings: list[Encoding | MarkerInTextError] = [
             refused[position] if position in refused else self._assemble(layout, known)
@@ -517,7 +583,7 @@ class Encoder:
             if item.crosses:
                 self._split_by_offsets(item, pieces, turns, trained, lengths)
                 continue
-            ids = self._engine.encode_ordinary(item.text) if item.literal else known[item.text]
+            ids = self._encode_ordinary(item.text) if item.literal else known[item.text]
             pieces.append(ids)
             turns.append(item.parts[0][1])
             trained.append(item.parts[0][2])
@@ -528,6 +594,25 @@ class Encoder:
             assistant_mask=np.repeat(np.asarray(trained, dtype=bool), counts),
             turn_index=np.repeat(np.asarray(turns, dtype=np.int32), counts),
         )
+
+    def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
+        """The engine's batch encoding, long texts cut into pieces (``_pieces``) and joined."""
+        if not self._cuttable or all(len(text) <= 2 * _PIECE_CHARS for text in texts):
+            return self._engine.encode_texts(texts)
+        cut = [_pieces(text) for text in texts]
+        flat = self._engine.encode_texts([piece for pieces in cut for piece in pieces])
+        out: list[np.ndarray] = []
+        at = 0
+        for pieces in cut:
+            parts = flat[at : at + len(pieces)]
+            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
+            at += len(pieces)
+        return out
+
+    def _encode_ordinary(self, text: str) -> np.ndarray:
+        if not self._cuttable or len(text) <= 2 * _PIECE_CHARS:
+            return self._engine.encode_ordinary(text)
+        return np.concatenate([self._engine.encode_ordinary(piece) for piece in _pieces(text)])
 
     def _split_by_offsets(
         self,
@@ -543,18 +628,29 @@ class Encoder:
         the engines are proven to agree, and such runs are rare). The template's joins fall on
         pre-token boundaries there (a '\\n' then trimmed content), so no token straddles two
         parts."""
-        if run.literal:
-            encoding = self._reference.ordinary_encoding(run.text)
-        else:
-            encoding = self._tokenizer.encode(run.text, add_special_tokens=False)
-        run_ids = np.asarray(encoding.ids, dtype=np.int32)
         starts = [p[0] for p in run.parts]
-        for position, (begin, _end) in enumerate(encoding.offsets):
-            part = run.parts[bisect.bisect_right(starts, begin) - 1]
-            pieces.append(run_ids[position : position + 1])
-            turns.append(part[1])
-            trained.append(part[2])
-            lengths.append(1)
+        base = 0
+        for text in _pieces(run.text) if self._cuttable else [run.text]:
+            if run.literal:
+                encoding = self._reference.ordinary_encoding(text)
+            else:
+                encoding = self._tokenizer.encode(text, add_special_tokens=False)
+            # One entry per part rather than per token: the parts are few, the tokens many.
+            run_ids = np.asarray(encoding.ids, dtype=np.int32)
+            begins = np.asarray([begin for begin, _ in encoding.offsets], dtype=np.int64) + base
+            owner = np.searchsorted(np.asarray(starts), begins, side="right") - 1
+            bounds = np.flatnonzero(np.diff(owner)) + 1
+            for first, last in zip(
+                [0, *bounds.tolist()], [*bounds.tolist(), len(run_ids)], strict=True
+            ):
+                if first == last:
+                    continue
+                part = run.parts[int(owner[first])]
+                pieces.append(run_ids[first:last])
+                turns.append(part[1])
+                trained.append(part[2])
+                lengths.append(last - first)
+            base += len(text)
 
 
 def _concatenate(parts: Sequence[Encoding]) -> Encoding:

@@ -44,9 +44,25 @@ class TokenizersEngine:
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
 
+    # tokenizers returns a full Encoding per text (tokens as strings, offsets, masks: ~80 bytes a
+    # token), so a batch is handed over in groups of about this many characters and turned into
+    # ID arrays group by group: peak memory stays bounded, each group still runs in parallel.
+    group_chars = 1 << 20
+
     def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+        out: list[np.ndarray] = []
+        group: list[str] = []
+        size = 0
+        for text in (*texts, None):
+            if text is None or (group and size + len(text) > self.group_chars):
+                encodings = self.tokenizer.encode_batch(group, add_special_tokens=False)
+                out.extend(np.asarray(e.ids, dtype=np.int32) for e in encodings)
+                del encodings
+                group, size = [], 0
+            if text is not None:
+                group.append(text)
+                size += len(text)
+        return out
 
     def encode_ordinary(self, text: str) -> np.ndarray:
         return np.asarray(self.ordinary_encoding(text).ids, dtype=np.int32)
