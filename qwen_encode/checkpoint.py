@@ -67,6 +67,29 @@ class CheckpointFiles:
         )
 
 
+def _source_text(source: object) -> str:
+    """``source`` as a path string, or ``CheckpointError`` saying what was expected."""
+    try:
+        text = os.fspath(source)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not isinstance(text, str):
+        raise CheckpointError(
+            "checkpoint source: expected a local folder, a tokenizer.json path or a hub repo id "
+            f"(a str or os.PathLike), found {type(source).__name__}"
+        )
+    if not text.strip():
+        # Path("") is the current directory: an empty --model (an unset variable, a blank config
+        # entry) would quietly load whatever checkpoint the working directory happens to hold.
+        raise CheckpointError(
+            f"checkpoint source: expected a local folder, a tokenizer.json path or a hub repo id, "
+            f"found the empty string {text!r}"
+        )
+    return text
+
+
 def resolve_checkpoint(
     source: str | os.PathLike[str],
     *,
@@ -85,7 +108,7 @@ def resolve_checkpoint(
     from the cache only (``refs/<revision>`` -> ``snapshots/<commit>/``). Raises
     ``CheckpointError`` naming the path or repo when nothing usable is found.
     """
-    text = os.fspath(source)
+    text = _source_text(source)
     path = Path(text).expanduser()
     if path.exists():
         if revision is not None:

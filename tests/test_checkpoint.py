@@ -166,6 +166,40 @@ def test_revision_with_a_local_path_is_refused(qwen38_dir: Path, no_hub: None) -
         resolve_checkpoint(qwen38_dir, revision="v1")
 
 
+# --- sources that are not a usable path --------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["", "   "], ids=["empty", "blank"])
+def test_empty_source_is_an_error_not_the_current_directory(
+    source: str, tmp_path: Path, no_hub: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The working directory holds a loadable checkpoint: "" must not resolve to it.
+    (tmp_path / "tokenizer.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="found the empty string"):
+        resolve_checkpoint(source)
+
+
+def test_empty_source_through_the_encoder(no_hub: None) -> None:
+    from qwen_encode.encoder import Encoder
+
+    with pytest.raises(CheckpointError, match="found the empty string"):
+        Encoder.from_pretrained("")
+
+
+@pytest.mark.parametrize("source", [None, 5, 1.5, ["a/b"], object()])
+def test_source_of_the_wrong_type_is_a_typed_error(source: object, no_hub: None) -> None:
+    with pytest.raises(CheckpointError) as raised:
+        resolve_checkpoint(source)  # type: ignore[arg-type]
+    assert f"found {type(source).__name__}" in str(raised.value)
+
+
+@pytest.mark.parametrize("source", ["a\0b", "\ud800"], ids=["nul", "surrogate"])
+def test_source_that_no_file_system_accepts(source: str, no_hub: None) -> None:
+    with pytest.raises(CheckpointError):
+        resolve_checkpoint(source)
+
+
 # --- hub ids, offline, from a cache ---------------------------------------------------------------
 
 
