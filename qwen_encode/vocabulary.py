@@ -243,6 +243,10 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not UTF-8 text ({error})") from error
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{path}: invalid JSON ({error})") from error
+    except RecursionError as error:
+        raise CheckpointError(f"{path}: JSON nested too deeply to read") from error
+    except ValueError as error:  # an integer past Python's digit limit (4300 digits)
+        raise CheckpointError(f"{path}: JSON that cannot be read ({error})") from error
     if not isinstance(value, dict):
         raise CheckpointError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
@@ -578,6 +582,21 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_token(tokenizer: tokenizers.Tokenizer, token_id: int) -> bool:
+    # tokenizers takes IDs as u32: a negative or larger ID raises OverflowError instead of
+    # answering that it is no token.
+    return 0 <= token_id < 2**32 and tokenizer.id_to_token(token_id) is not None
+
+
+def _shown(value: object, limit: int = 200) -> str:
+    """A JSON value as a problem quotes it: JSON text, cut short (a file may hold anything)."""
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):  # only from a value json.load built: not expected
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _check_stop_tokens(
     files: CheckpointFiles, im_end: int | None, tokenizer: tokenizers.Tokenizer
 ) -> tuple[tuple[int, ...] | None, list[str]]:
@@ -592,20 +611,20 @@ def _check_stop_tokens(
     if not values or not all(_is_id(v) for v in values):
         return None, [
             f"generation_config.json eos_token_id: expected a token ID or a list of IDs including "
-            f"{expected}, found {json.dumps(raw)}"
+            f"{expected}, found {_shown(raw)}"
         ]
     stop = tuple(values)
     problems = []
     if im_end is None or im_end not in stop:
         problems.append(
             "generation_config.json eos_token_id: expected to include "
-            f"{expected}, found {list(stop)}"
+            f"{expected}, found {_shown(list(stop))}"
         )
     problems.extend(
-        f"generation_config.json eos_token_id: expected IDs of the vocabulary, found {token_id}, "
-        "which is no token"
+        f"generation_config.json eos_token_id: expected IDs of the vocabulary, found "
+        f"{_shown(token_id)}, which is no token"
         for token_id in stop
-        if tokenizer.id_to_token(token_id) is None
+        if not _is_token(tokenizer, token_id)
     )
     return stop, problems
 
@@ -625,21 +644,29 @@ def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, l
         else None,
         "vocab_size": config.get("vocab_size"),
     }
-    sizes = {where: value for where, value in candidates.items() if _is_id(value)}
-    if not sizes:
+    present = {where: value for where, value in candidates.items() if value is not None}
+    if not present:
         return None, [
             f"config.json: expected vocab_size (top level or under text_config) of at least "
             f"{max_id + 1}, found neither"
         ]
-    # A vocabulary larger than the embedding fails at inference time (index error, or silently
-    # reading another row), so every ID up to the largest must have a row.
-    problems = [
-        f"config.json {where}: expected at least {max_id + 1} (the largest token ID is {max_id}), "
-        f"found {size}: token IDs {size}..{max_id} have no embedding row"
-        for where, size in sizes.items()
-        if size <= max_id
-    ]
-    return next(iter(sizes.values())), problems
+    problems = []
+    for where, size in present.items():
+        if not _is_id(size):
+            problems.append(
+                f"config.json {where}: expected an integer of at least {max_id + 1}, found "
+                f"{_shown(size)}"
+            )
+        elif size <= max_id:
+            # A vocabulary larger than the embedding fails at inference time (index error, or
+            # silently reading another row), so every ID up to the largest must have a row.
+            rows = f": token IDs {size}..{max_id} have no embedding row" if size >= 0 else ""
+            problems.append(
+                f"config.json {where}: expected at least {max_id + 1} (the largest token ID is "
+                f"{max_id}), found {size}{rows}"
+            )
+    sizes = [size for size in present.values() if _is_id(size)]
+    return (sizes[0] if sizes else None), problems
 
 
 def _bos_policy(tokenizer: tokenizers.Tokenizer, config: Mapping[str, Any] | None) -> str:

@@ -486,6 +486,19 @@ def test_validate_a_broken_vocabulary(tmp_path: Path) -> None:
     assert "<think>" in encode.stderr
 
 
+def test_validate_prints_a_stop_token_id_out_of_range_as_a_problem(tmp_path: Path) -> None:
+    folder = _tiny_copy(tmp_path)
+    (folder / "generation_config.json").write_text('{"eos_token_id": [-1, 18446744073709551616]}')
+    result = run("validate", folder)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "OverflowError" not in result.stdout
+    assert "found -1, which is no token" in result.stdout
+    assert "found 18446744073709551616, which is no token" in result.stdout
+    assert "chat template  the official Qwen 3.8 template" in result.stdout  # the rest is there
+    # An encoder loads from it (stop tokens do not prevent loading).
+    assert run("encode", "--model", folder, stdin=request()).returncode == 0
+
+
 def test_validate_an_unreadable_checkpoint(tmp_path: Path) -> None:
     result = run("validate", tmp_path / "nothing-here")
     assert result.returncode == 1

@@ -655,3 +655,80 @@ def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir
     monkeypatch.setattr(vocabulary, "_load_tokenizer", lambda path: pytest.fail("loaded"))
     assert vocabulary.chat_template_kind(qwen38_dir) == "qwen3.8"
     assert vocabulary.chat_template_kind(qwen3_dir) == "other"
+
+
+# --- numbers and shapes in the side files: a problem in the report, never OverflowError -------
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "qwen3.8-tiny"
+
+
+def tiny_with(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / "tiny"
+    shutil.copytree(TINY, folder)
+    (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("eos", "found"),
+    [
+        ("[-1]", "found -1, which is no token"),
+        ("-1", "found -1, which is no token"),
+        (str(2**64), f"found {2**64}, which is no token"),
+        (f"[2050, {2**63 + 1}]", f"found {2**63 + 1}, which is no token"),
+        ('"2050"', 'found "2050"'),
+        ("[[2050]]", "found [[2050]]"),
+        ("[true]", "found [true]"),
+        ("[2050.0]", "found [2050.0]"),
+        ("[]", "found []"),
+    ],
+)
+def test_stop_tokens_of_any_shape_are_a_problem_in_the_report(
+    eos: str, found: str, tmp_path: Path
+) -> None:
+    folder = tiny_with(tmp_path, "generation_config.json", f'{{"eos_token_id": {eos}}}')
+    report = validate_checkpoint(folder)
+    assert report.vocabulary_ok and not report.ok
+    stop_problems = [p for p in report.problems if p.startswith("generation_config.json")]
+    assert stop_problems and all("eos_token_id" in p for p in stop_problems)
+    assert any(found in p for p in stop_problems), stop_problems
+    # Nothing else went missing from the report: the other checks ran.
+    assert report.template == "qwen3.8" and report.embedding_size == 2112
+    assert load(folder).report == report  # loading does not raise either
+
+
+@pytest.mark.parametrize(
+    ("vocab_size", "found"),
+    [
+        ("-1", "found -1"),
+        (str(2**70), None),
+        ("2112.0", "expected an integer of at least 2081, found 2112.0"),
+        ('"2112"', 'expected an integer of at least 2081, found "2112"'),
+        ("true", "expected an integer of at least 2081, found true"),
+        ("[2112]", "expected an integer of at least 2081, found [2112]"),
+    ],
+)
+def test_embedding_size_of_any_shape(vocab_size: str, found: str | None, tmp_path: Path) -> None:
+    config = json.loads((TINY / "config.json").read_text(encoding="utf-8"))
+    text = json.dumps(config).replace('"vocab_size": 2112', f'"vocab_size": {vocab_size}')
+    report = validate_checkpoint(tiny_with(tmp_path, "config.json", text))
+    embedding = [p for p in report.problems if p.startswith("config.json text_config.vocab_size")]
+    if found is None:
+        assert report.ok and report.embedding_size == 2**70
+    else:
+        assert len(embedding) == 1 and found in embedding[0], report.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"eos_token_id": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deeply"),
+        ('{"eos_token_id": ' + "7" * 5000 + "}", "JSON that cannot be read"),
+    ],
+    ids=["deep", "5000-digits"],
+)
+def test_side_file_json_python_cannot_hold(text: str, why: str, tmp_path: Path) -> None:
+    folder = tiny_with(tmp_path, "generation_config.json", text)
+    with pytest.raises(CheckpointError) as raised:
+        validate_checkpoint(folder)
+    assert str(raised.value).startswith(f"{folder / 'generation_config.json'}: {why}")
