@@ -37,7 +37,7 @@ from typing import Any, Final, Literal, TypeAlias
 import tokenizers
 from tokenizers.models import BPE
 
-from .checkpoint import CheckpointFiles, resolve_checkpoint
+from .checkpoint import FILE, CheckpointFiles, path_kind, resolve_checkpoint
 from .errors import CheckpointError, VocabularyError
 from .markers import PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
 
@@ -52,6 +52,18 @@ TemplateKind: TypeAlias = Literal["qwen3.8", "other", "absent"]
 # marker would match inside normalised text or swallow neighbouring spaces/words.
 _MATCH_FLAGS: Final = ("normalized", "lstrip", "rstrip", "single_word")
 _ALL_FLAGS: Final = ("special", *_MATCH_FLAGS)
+
+#: The largest ``tokenizer.json`` read: 256 MiB, 23 times the Qwen 3.8 one (11 MB for 248k tokens)
+#: and several times the largest vocabularies published (a few tens of MB). tokenizers reads the
+#: whole file before it can fail, and a broken file's diagnosis parses it once more: a 2 GB file
+#: cost 17.7 s and 10.5 GB of memory before this bound.
+MAX_TOKENIZER_JSON_BYTES: Final = 256 << 20
+#: The largest side file read (tokenizer_config.json, configs, the chat template): 16 MiB, about
+#: 900 times the largest real one (tokenizer_config.json, 18 KB).
+MAX_SIDE_FILE_BYTES: Final = 16 << 20
+# How much of the end of tokenizer.json is read at a time to find its last non-blank byte.
+_TAIL_READ: Final = 1 << 16
+_JSON_BLANKS: Final = b" \t\n\r"
 
 # How much of tokenizer.json's head may be read to find its declared ``added_tokens`` (they precede
 # the multi-megabyte ``model`` in every file tokenizers writes; 33 tokens take 6 KB).
@@ -202,9 +214,52 @@ def chat_template_kind(
 # --- reading files ------------------------------------------------------------------------------
 
 
+def _checked_size(path: Path, limit: int) -> int:
+    """The size of ``path``, after checking it is a regular file (never open a FIFO: it blocks)
+    no larger than ``limit``; ``CheckpointError`` naming the path otherwise."""
+    kind = path_kind(path)
+    if kind != FILE:
+        raise CheckpointError(f"{path}: {kind or 'missing'}, not a file")
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
+    if size > limit:
+        raise CheckpointError(
+            f"{path}: {size:,} bytes, more than the {limit:,} (= {limit >> 20} MiB) read from a "
+            "checkpoint file of this kind: not a vocabulary's file, or padded with garbage"
+        )
+    return size
+
+
+def _check_ends_as_an_object(path: Path, size: int) -> None:
+    """Refuse, from the file's last bytes alone, a tokenizer.json that cannot be one JSON object:
+    truncated, or followed by other data (NUL padding from a failed copy). tokenizers would read
+    and parse all of it before failing."""
+    tail, end = b"", size
+    try:
+        with path.open("rb") as handle:
+            while end > 0 and not tail:
+                start = max(0, end - _TAIL_READ)
+                handle.seek(start)
+                tail = handle.read(end - start).rstrip(_JSON_BLANKS)
+                end = start + len(tail)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
+    if not tail:
+        raise CheckpointError(f"{path}: empty, or only blanks: not a tokenizer.json")
+    if not tail.endswith(b"}"):
+        raise CheckpointError(
+            f"{path}: invalid JSON (it must end with the }} closing its object; found "
+            f"{tail[-12:]!r} ending at byte {end - 1:,}: a truncated file, or data after the "
+            "JSON such as NUL padding)"
+        )
+
+
 def _load_tokenizer(path: Path) -> tokenizers.Tokenizer:
-    if not path.is_file():
+    if path_kind(path) is None:
         raise CheckpointError(f"{path}: missing; a checkpoint needs tokenizer.json")
+    _check_ends_as_an_object(path, _checked_size(path, MAX_TOKENIZER_JSON_BYTES))
     try:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception for every kind of failure
@@ -234,6 +289,7 @@ def _why_unloadable(path: Path, error: Exception) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    _checked_size(path, MAX_SIDE_FILE_BYTES)
     try:
         with path.open(encoding="utf-8") as handle:
             value = json.load(handle)
@@ -253,6 +309,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_bytes(path: Path) -> bytes:
+    _checked_size(path, MAX_SIDE_FILE_BYTES)
     try:
         return path.read_bytes()
     except OSError as error:

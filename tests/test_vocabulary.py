@@ -524,7 +524,7 @@ def test_missing_tokenizer_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (b'{"version": "1.0", "added_tokens": [', ": invalid JSON (Expecting value: line 1"),
+        (b'{"version": "1.0", "added_tokens": [', ": invalid JSON (it must end with the }"),
         (b"\xff\xfe{}", ": not UTF-8 text, so not a tokenizer.json"),
         (b'{"version": "1.0"}', ": valid JSON but not a tokenizer.json that tokenizers can load"),
     ],
@@ -732,3 +732,65 @@ def test_side_file_json_python_cannot_hold(text: str, why: str, tmp_path: Path) 
     with pytest.raises(CheckpointError) as raised:
         validate_checkpoint(folder)
     assert str(raised.value).startswith(f"{folder / 'generation_config.json'}: {why}")
+
+
+# --- a bound on tokenizer.json: refused before tokenizers reads it ---------------------------
+
+
+@pytest.fixture
+def never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal must come before any parse: neither tokenizers nor json may read the file."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail("the file was parsed before being refused")
+
+    monkeypatch.setattr(vocabulary.tokenizers.Tokenizer, "from_file", refuse)
+    monkeypatch.setattr(vocabulary.json, "load", refuse)
+
+
+def sparse_tokenizer_json(tmp_path: Path, size: int) -> Path:
+    """The tiny fixture's valid tokenizer.json followed by NUL bytes up to ``size``, sparse (the
+    test costs no disk space or time)."""
+    folder = tiny_with(tmp_path, "tokenizer.json", (TINY / "tokenizer.json").read_text("utf-8"))
+    with (folder / "tokenizer.json").open("r+b") as handle:
+        handle.truncate(size)
+    return folder
+
+
+def test_tokenizer_json_over_the_bound(tmp_path: Path, never_parsed: None) -> None:
+    folder = sparse_tokenizer_json(tmp_path, 2 * 10**9)
+    for call in (load, validate_checkpoint):
+        with pytest.raises(CheckpointError) as raised:
+            call(folder)
+        assert str(raised.value).startswith(
+            f"{folder / 'tokenizer.json'}: 2,000,000,000 bytes, more than the 268,435,456 "
+            "(= 256 MiB) read"
+        )
+
+
+def test_tokenizer_json_with_trailing_nul_bytes_under_the_bound(
+    tmp_path: Path, never_parsed: None
+) -> None:
+    folder = sparse_tokenizer_json(tmp_path, vocabulary.MAX_TOKENIZER_JSON_BYTES)
+    with pytest.raises(CheckpointError) as raised:
+        load(folder)
+    message = str(raised.value)
+    where = folder / "tokenizer.json"
+    assert message.startswith(f"{where}: invalid JSON (it must end with the }} closing its object")
+    last = vocabulary.MAX_TOKENIZER_JSON_BYTES - 1
+    nul = bytes(12)
+    assert f"found {nul!r} ending at byte {last:,}" in message
+
+
+def test_trailing_blanks_are_still_json(tmp_path: Path) -> None:
+    text = (TINY / "tokenizer.json").read_text("utf-8") + " \n" * (3 * vocabulary._TAIL_READ)
+    assert load(tiny_with(tmp_path, "tokenizer.json", text)).report.ok
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "config.json", "chat_template.jinja"])
+def test_side_file_over_the_bound(name: str, tmp_path: Path) -> None:
+    folder = tiny_with(tmp_path, name, "{}")
+    with (folder / name).open("r+b") as handle:
+        handle.truncate(vocabulary.MAX_SIDE_FILE_BYTES + 1)
+    with pytest.raises(CheckpointError, match="more than the 16,777,216 "):
+        vocabulary._inspect(resolve_checkpoint(folder))
