@@ -23,9 +23,9 @@ Files that cannot be read at all (missing ``tokenizer.json``, invalid JSON in an
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
+import mmap
 import os
 import re
 from collections.abc import Mapping
@@ -65,11 +65,19 @@ MAX_SIDE_FILE_BYTES: Final = 16 << 20
 _TAIL_READ: Final = 1 << 16
 _JSON_BLANKS: Final = b" \t\n\r"
 
-# How much of tokenizer.json's head may be read to find its declared ``added_tokens`` (they precede
-# the multi-megabyte ``model`` in every file tokenizers writes; 33 tokens take 6 KB).
-_HEAD_FIRST_READ: Final = 1 << 16
-_HEAD_LIMIT: Final = 8 << 20
-_WS = re.compile(r"[ \t\n\r]*")
+# Patterns over tokenizer.json's bytes that find its top-level "added_tokens" whatever the key
+# order, stepping over every other value without building it: the ``model`` value (megabytes of
+# vocabulary and merges) is never parsed a second time. Each is written so that every byte can
+# match in one way only (the "unrolled loop"), which keeps a failed attempt linear, never
+# exponential. _FLAT steps over scalars, strings and innermost arrays/objects (those holding no
+# bracket outside strings, such as a vocab object or a merge pair), stopping at any other bracket.
+_BLANKS = re.compile(rb"[ \t\n\r]*")
+_STRING_RE: Final = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRING = re.compile(_STRING_RE, re.S)
+_SCALAR = re.compile(rb"[^,\]}\s]+")
+_PLAIN: Final = rb'[^"\[\]{}]*'
+_LEAF: Final = rb"[\[{]" + _PLAIN + rb"(?:" + _STRING_RE + _PLAIN + rb")*[\]}]"
+_FLAT = re.compile(_PLAIN + rb"(?:(?:" + _STRING_RE + rb"|" + _LEAF + rb")" + _PLAIN + rb")*", re.S)
 
 
 @dataclass(frozen=True)
@@ -316,68 +324,75 @@ def _read_bytes(path: Path) -> bytes:
         raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
 
 
-_NEED_MORE: Final = object()
-
-
 def _declared_added_tokens(path: Path) -> list[Any] | None:
-    """``added_tokens`` exactly as ``tokenizer.json`` declares them, or None if not found cheaply.
+    """``added_tokens`` exactly as ``tokenizer.json`` declares them, or None if it has none.
 
     Needed because tokenizers renumbers silently: it numbers added tokens in file order after the
     base vocabulary whatever IDs the file declares (only a Rust log warning says so), so one
-    removed or repeated entry shifts every later ID. Only the head of the file is read, up to the
-    ``model`` entry, so the vocabulary is not parsed a second time.
+    removed or repeated entry shifts every later ID. The file is mapped, not read, and only the
+    ``added_tokens`` value is parsed: in the order tokenizers writes keys it comes before
+    ``model``, and the scan stops a few hundred bytes in; in any other order ``model`` is
+    stepped over (about 0.6 s for the 11 MB Qwen 3.8 file, no memory beyond the mapping).
+    Called after tokenizers loaded the file, so it is one JSON object.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    text = ""
-    read = 0
-    size = _HEAD_FIRST_READ
     with path.open("rb") as handle:
-        while True:
-            chunk = handle.read(size - read)
-            read += len(chunk)
-            text += decoder.decode(chunk)
-            found = _scan_added_tokens(text)
-            if found is not _NEED_MORE:
-                return found  # type: ignore[return-value]
-            if read < size or size >= _HEAD_LIMIT:
-                return None  # end of file, or added_tokens is not near the head
-            size *= 4
+        if os.fstat(handle.fileno()).st_size == 0:
+            return None
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _top_level_added_tokens(data)
 
 
-def _scan_added_tokens(text: str) -> list[Any] | object | None:
-    """Walk the top-level object of a (possibly truncated) JSON text up to ``added_tokens``."""
-    parse = json.JSONDecoder().raw_decode
-    i = _WS.match(text).end()
-    if text[i : i + 1] != "{":
-        return None if i < len(text) else _NEED_MORE
+def _top_level_added_tokens(data: bytes | mmap.mmap) -> list[Any] | None:
+    """The value of the top-level key "added_tokens" of the JSON object in ``data`` (a list), or
+    None when there is no such key or the text is not a well-formed object."""
+    i = _BLANKS.match(data, 0).end()
+    if data[i : i + 1] != b"{":
+        return None
     i += 1
     while True:
-        i = _WS.match(text, i).end()
-        if i >= len(text):
-            return _NEED_MORE
-        if text[i] == "}":
+        key = _STRING.match(data, _BLANKS.match(data, i).end())
+        if key is None:
+            return None  # the closing }, or not JSON
+        i = _BLANKS.match(data, key.end()).end()
+        if data[i : i + 1] != b":":
             return None
-        try:
-            key, i = parse(text, i)
-        except json.JSONDecodeError:
-            return _NEED_MORE
-        i = _WS.match(text, i).end()
-        if i >= len(text):
-            return _NEED_MORE
-        if text[i] != ":" or key == "model":
-            return None  # malformed, or the huge model comes first: not worth parsing it
-        i = _WS.match(text, i + 1).end()
-        try:
-            value, i = parse(text, i)
-        except json.JSONDecodeError:
-            return _NEED_MORE
-        if key == "added_tokens":
+        start = _BLANKS.match(data, i + 1).end()
+        end = _skip_value(data, start)
+        if end is None:
+            return None
+        # Decoded as JSON, as serde matches keys: "added\u005ftokens" is the same key.
+        if json.loads(key.group()) == "added_tokens":
+            try:
+                value = json.loads(data[start:end])
+            except (ValueError, RecursionError):
+                return None
             return value if isinstance(value, list) else None
-        i = _WS.match(text, i).end()
-        if i >= len(text):
-            return _NEED_MORE
-        if text[i] == ",":
-            i += 1
+        i = _BLANKS.match(data, end).end()
+        if data[i : i + 1] != b",":
+            return None
+        i += 1
+
+
+def _skip_value(data: bytes | mmap.mmap, i: int) -> int | None:
+    """Where the JSON value starting at ``i`` ends, found without building it; None if it does
+    not end (truncated or malformed text)."""
+    first = data[i : i + 1]
+    if first not in (b"[", b"{"):
+        scalar = (_STRING if first == b'"' else _SCALAR).match(data, i)
+        return None if scalar is None else scalar.end()
+    depth = 0
+    while True:
+        bracket = data[i : i + 1]
+        if bracket in (b"[", b"{"):
+            depth += 1
+        elif bracket in (b"]", b"}"):
+            depth -= 1
+        else:
+            return None  # the end of the data, or a quote that opens no complete string
+        i += 1
+        if depth == 0:
+            return i
+        i = _FLAT.match(data, i).end()
 
 
 # --- checks -------------------------------------------------------------------------------------

@@ -607,46 +607,100 @@ def test_bos_added_by_the_post_processor(tmp_path: Path) -> None:
     )
 
 
-def test_added_tokens_after_the_model(tmp_path: Path) -> None:
-    """When ``model`` precedes ``added_tokens`` the head scan gives up rather than parse the
-    vocabulary; the checks still run on what tokenizers loaded."""
+def reordered_tiny(tmp_path: Path, order: Callable[[dict[str, Any]], dict[str, Any]]) -> Path:
     data = json.loads(tiny_tokenizer().to_str())
-    reordered = {"model": data.pop("model"), **data}
-    (tmp_path / "tokenizer.json").write_text(json.dumps(reordered), encoding="utf-8")
-    assert vocabulary._declared_added_tokens(tmp_path / "tokenizer.json") is None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(order(data)), encoding="utf-8")
+    return tmp_path / "tokenizer.json"
+
+
+def model_first(data: dict[str, Any]) -> dict[str, Any]:
+    return {"model": data.pop("model"), **data}
+
+
+def test_added_tokens_after_the_model_are_read(tmp_path: Path) -> None:
+    path = reordered_tiny(tmp_path, model_first)
+    declared = vocabulary._declared_added_tokens(path)
+    assert declared == json.loads(path.read_text(encoding="utf-8"))["added_tokens"]
     assert load(tmp_path).report.vocabulary_ok
 
 
+@pytest.mark.parametrize("order", ["model-first", "added-tokens-last", "sorted-reversed"])
+def test_declared_ids_are_checked_in_any_key_order(order: str, tmp_path: Path) -> None:
+    """The declared-ID check held only when added_tokens came before model: a file declaring
+    <|im_end|> at another ID than the one tokenizers loads it at validated as ok."""
+
+    def wrong_im_end(data: dict[str, Any]) -> dict[str, Any]:
+        entry(data["added_tokens"], TURN_CLOSE)["id"] = 99_999
+        if order == "model-first":
+            return model_first(data)
+        if order == "added-tokens-last":
+            return {**{k: v for k, v in data.items() if k != "added_tokens"}, **data}
+        return dict(sorted(data.items(), reverse=True))
+
+    path = reordered_tiny(tmp_path, wrong_im_end)
+    loaded = Tokenizer.from_file(str(path)).token_to_id(TURN_CLOSE)
+    assert loaded != 99_999
+    report = validate_checkpoint(tmp_path)
+    assert not report.vocabulary_ok
+    assert f"'<|im_end|>': expected ID 99999 as declared in tokenizer.json, found ID {loaded} " in (
+        "\n".join(report.vocabulary_problems)
+    )
+
+
 def test_added_tokens_far_into_the_head(tmp_path: Path) -> None:
-    """A head larger than the first read (64 KiB) is read on, with a multi-byte character placed
-    across each read boundary."""
+    """Large values before added_tokens (a multi-byte character among them) are stepped over."""
     text = tiny_tokenizer().to_str()
     at = text.index('"added_tokens"')
-    padding = " " * (vocabulary._HEAD_FIRST_READ - at - 2)
-    padded = (
-        text[:at] + padding + '"x": "é", ' + " " * (3 * vocabulary._HEAD_FIRST_READ) + text[at:]
-    )
+    padded = text[:at] + '"x": "é", ' + " " * (1 << 20) + '"y": [[1, {"z": "]"}]], ' + text[at:]
     (tmp_path / "tokenizer.json").write_text(padded, encoding="utf-8")
     declared = vocabulary._declared_added_tokens(tmp_path / "tokenizer.json")
     assert declared is not None
     assert [e["content"] for e in declared] == list(ALL_ADDED_TOKENS)
 
 
-def test_head_scan_never_misreads_a_truncated_head() -> None:
+def test_only_the_top_level_added_tokens_count() -> None:
+    """A nested "added_tokens" key, or one inside a string, is not the file's list; an escaped
+    spelling of the key is the same key (serde decodes escapes in keys)."""
+    decoy = [{"id": 1, "content": "decoy"}]
+    real = [{"id": 7, "content": '<|x"]}|>'}]
+    text = json.dumps(
+        {
+            "version": '"added_tokens": [1]',
+            "normalizer": {"added_tokens": decoy, "s": ["{", "\\", '\\"']},
+            "model": {"vocab": {"[": 0, '"added_tokens": ': 1}, "merges": [["[", "{"]]},
+            "added_tokens": real,
+        }
+    ).encode()
+    assert vocabulary._top_level_added_tokens(text) == real
+    escaped = text.replace(b'"added_tokens": [{"id": 7', b'"added\\u005ftokens": [{"id": 7')
+    assert escaped != text
+    assert vocabulary._top_level_added_tokens(escaped) == real
+
+
+def test_scan_never_misreads_a_truncated_file() -> None:
     text = json.dumps(
         {
             "version": "1.0",
             "truncation": None,
-            "x": [1.5, "a,b"],
+            "x": [1.5, "a,b", {"y": ["]"]}],
+            "model": {"vocab": {"a": 0}, "merges": [["a", "b"]]},
             "added_tokens": [{"id": 7, "content": "<é>"}],
-            "model": {},
-        }
-    )
-    full = vocabulary._scan_added_tokens(text)
+        },
+        ensure_ascii=False,
+    ).encode()
+    full = vocabulary._top_level_added_tokens(text)
     assert full == [{"id": 7, "content": "<é>"}]
     for cut in range(len(text)):
-        found = vocabulary._scan_added_tokens(text[:cut])
-        assert found is vocabulary._NEED_MORE or found == full, cut
+        assert vocabulary._top_level_added_tokens(text[:cut]) in (None, full), cut
+
+
+def test_scan_is_linear_on_hostile_nesting() -> None:
+    """Long runs that open a container but close none are where a backtracking pattern would go
+    exponential: the scan must step over them by counting, in one pass."""
+    text = (
+        b'{"a": [' + b'{"k": 1, ' * 50_000 + b'"m": [1]' + b"}" * 50_000 + b'], "added_tokens": []}'
+    )
+    assert vocabulary._top_level_added_tokens(text) == []
 
 
 def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir, monkeypatch):
