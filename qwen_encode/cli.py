@@ -4,8 +4,10 @@ Every line-oriented command follows one discipline, so a pipeline can trust its 
 line *i* answers input line *i*; a line that fails is answered in place by
 ``{"error": {"type", "message", "line"}}`` and every other line is still written; the exit code
 is 1 when any line failed (with a summary on stderr), 2 for usage errors (bad options, an input
-file or checkpoint that cannot be opened), 0 otherwise. Output files are written to a temporary
-file beside the target and renamed into place, so a crash or Ctrl-C never leaves half a file.
+file or checkpoint that cannot be opened, a closed stdin or stdout), 0 otherwise; 130, 143 and
+129 after SIGINT, SIGTERM and SIGHUP, 141 when the reader of stdout goes away. Output files are
+written to a temporary file beside the target and renamed into place, so a crash, Ctrl-C, SIGTERM
+or SIGHUP never leaves half a file.
 
 Run ``qwen-encode COMMAND --help`` for each command, or ``python -m qwen_encode.cli``.
 """
@@ -1090,7 +1092,8 @@ Output line i answers input line i:
   {{"input_ids": [...], "num_tokens": n}}            (+ "assistant_mask": [0/1...] if asked)
   {{"error": {{"type": ..., "message": ..., "line": i}}}}   (a bad line, in place)
 A blank line is an error line too (dropping it would shift every later answer).
-Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise.
+Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise
+(130, 143, 129 after SIGINT, SIGTERM, SIGHUP: no partial output file is left).
 
 --format npz writes padded arrays input_ids, attention_mask, assistant_mask (one row per
 successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each

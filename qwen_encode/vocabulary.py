@@ -17,8 +17,9 @@ What the report's two verdicts mean:
   certifies a checkpoint, and a folder holding only ``tokenizer.json`` cannot be certified.
 
 Files that cannot be read at all (missing ``tokenizer.json``, invalid JSON in any file, a vocabulary
-``tokenizers`` cannot load or that is not BPE) raise ``CheckpointError`` naming the path, from
-``validate_checkpoint`` as from loading: there is no vocabulary to report on.
+``tokenizers`` cannot load or that is not BPE, a file over ``MAX_TOKENIZER_JSON_BYTES`` /
+``MAX_SIDE_FILE_BYTES``, anything but a regular file) raise ``CheckpointError`` naming the path,
+from ``validate_checkpoint`` as from loading: there is no vocabulary to report on.
 """
 
 from __future__ import annotations
