@@ -270,7 +270,12 @@ def _load_tokenizer(path: Path) -> tokenizers.Tokenizer:
         raise CheckpointError(f"{path}: missing; a checkpoint needs tokenizer.json")
     _check_ends_as_an_object(path, _checked_size(path, MAX_TOKENIZER_JSON_BYTES))
     try:
-        tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        if _utf8_path(path):
+            tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        else:
+            # tokenizers takes the path as a Rust string, which cannot hold a file name that is
+            # not UTF-8 (Python carries its bytes as lone surrogates): hand it the bytes instead.
+            tokenizer = tokenizers.Tokenizer.from_buffer(path.read_bytes())
     except Exception as error:  # tokenizers raises a bare Exception for every kind of failure
         raise CheckpointError(_why_unloadable(path, error)) from error
     model = tokenizer.model
@@ -280,6 +285,14 @@ def _load_tokenizer(path: Path) -> tokenizers.Tokenizer:
             f"found a {type(model).__name__} model"
         )
     return tokenizer
+
+
+def _utf8_path(path: Path) -> bool:
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _why_unloadable(path: Path, error: Exception) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -848,3 +849,12 @@ def test_side_file_over_the_bound(name: str, tmp_path: Path) -> None:
         handle.truncate(vocabulary.MAX_SIDE_FILE_BYTES + 1)
     with pytest.raises(CheckpointError, match="more than the 16,777,216 "):
         vocabulary._inspect(resolve_checkpoint(folder))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_checkpoint_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """tokenizers takes the path as a Rust string: a folder named b"x\\xff" failed to load."""
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/x\xff"))
+    shutil.copytree(TINY, folder)
+    report = load(folder).report
+    assert report.ok, report.problems
