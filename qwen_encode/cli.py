@@ -111,7 +111,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def _termination_handled() -> Iterator[None]:
     """SIGTERM and SIGHUP raise Terminated while a command runs (and the previous handlers come
     back after, for a caller running main() in its own process)."""
-    previous = {}
+    previous: dict[int, Any] = {}
     for signum in _TERMINATING:
         # A signal the caller ignores stays ignored (nohup sets SIGHUP to SIG_IGN).
         if signum != signal.SIGINT and signal.getsignal(signum) is signal.SIG_DFL:

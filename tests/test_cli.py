@@ -318,6 +318,34 @@ def test_termination_leaves_no_partial_output(name: str, code: int, tmp_path: Pa
     assert target.read_text() == "previous\n"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    """Under nohup (SIGHUP ignored) the run must go on to the end, not stop at a hang-up."""
+    import signal
+    import time
+
+    source = tmp_path / "big.jsonl"
+    source.write_text("\n".join(CHAT_LINES * 2000) + "\n", encoding="utf-8")
+    target = tmp_path / "out" / "ids.jsonl"
+    target.parent.mkdir()
+    process = subprocess.Popen(
+        [*COMMAND, "encode", "--model", str(TINY), str(source), "-o", str(target)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 60
+    while not any(target.parent.iterdir()) and time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.skip("the run finished before the hang-up could be sent")
+        time.sleep(0.01)
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert len(target.read_text(encoding="utf-8").splitlines()) == len(CHAT_LINES) * 2000
+
+
 def test_assistant_mask(chat_output: list[dict[str, Any]]) -> None:
     result = run("encode", "--model", TINY, "--assistant-mask", CHAT)
     assert result.returncode == 0, result.stderr
