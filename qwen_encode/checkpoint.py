@@ -7,8 +7,10 @@ and a hub id that cannot be resolved is an error naming the repo, the revision a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -29,6 +31,10 @@ TOKENIZER_FILES: Final[tuple[str, ...]] = (
     MODEL_CONFIG,
     GENERATION_CONFIG,
 )
+
+#: What ``path_kind`` says of a regular file and of a folder (other kinds are described in words).
+FILE: Final = "a regular file"
+FOLDER: Final = "a folder"
 
 # "org/name" as the hub spells repo ids. Anything else that does not exist on disk is a missing
 # path: guessing that "./x" or "/abs/x" meant a hub repo would hide a typo behind a network lookup.
@@ -55,7 +61,16 @@ class CheckpointFiles:
 
         def optional(name: str) -> Path | None:
             path = folder / name
-            return path if path.is_file() else None
+            kind = path_kind(path)
+            if kind is None:
+                return None
+            if kind != FILE:
+                # Treating it as absent would silently judge the checkpoint without it (a folder
+                # named tokenizer_config.json hid every marker check against that file).
+                raise CheckpointError(
+                    f"{path}: {kind}, not a file; remove or replace it (it is read when present)"
+                )
+            return path
 
         return cls(
             source=source,
@@ -65,6 +80,61 @@ class CheckpointFiles:
             config=optional(MODEL_CONFIG),
             generation_config=optional(GENERATION_CONFIG),
         )
+
+
+def path_kind(path: Path) -> str | None:
+    """What is at ``path``: None when nothing is, ``FILE`` for a regular file (symbolic links
+    followed), ``FOLDER``, or what else it is ("a FIFO (named pipe)", "a broken symbolic link").
+
+    Only a regular file is ever opened: opening a FIFO blocks until some writer appears, and a
+    device or socket is no checkpoint file. Raises ``CheckpointError`` naming the path when it
+    cannot even be looked at (a folder on the way without search permission, mode 000)."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "a broken symbolic link" if os.path.islink(path) else None
+    except PermissionError as error:
+        raise CheckpointError(
+            f"{path}: cannot be read (permission denied: {error.strerror or error}); "
+            "check the permissions of the path and the folders above it"
+        ) from error
+    except (OSError, ValueError) as error:  # a symlink loop, a name too long, a NUL byte
+        raise CheckpointError(f"{path}: cannot be used ({error})") from error
+    mode = info.st_mode
+    if stat.S_ISREG(mode):
+        return FILE
+    if stat.S_ISDIR(mode):
+        return FOLDER
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _source_text(source: object) -> str:
+    """``source`` as a path string, or ``CheckpointError`` saying what was expected."""
+    try:
+        text = os.fspath(source)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not isinstance(text, str):
+        raise CheckpointError(
+            "checkpoint source: expected a local folder, a tokenizer.json path or a hub repo id "
+            f"(a str or os.PathLike), found {type(source).__name__}"
+        )
+    if not text.strip():
+        # Path("") is the current directory: an empty --model (an unset variable, a blank config
+        # entry) would quietly load whatever checkpoint the working directory happens to hold.
+        raise CheckpointError(
+            f"checkpoint source: expected a local folder, a tokenizer.json path or a hub repo id, "
+            f"found the empty string {text!r}"
+        )
+    return text
 
 
 def resolve_checkpoint(
@@ -85,16 +155,19 @@ def resolve_checkpoint(
     from the cache only (``refs/<revision>`` -> ``snapshots/<commit>/``). Raises
     ``CheckpointError`` naming the path or repo when nothing usable is found.
     """
-    text = os.fspath(source)
-    path = Path(text).expanduser()
-    if path.exists():
+    text = _source_text(source)
+    path = Path(text)
+    with contextlib.suppress(RuntimeError):  # "~nobody/x": no such user; reported as missing
+        path = path.expanduser()
+    kind = path_kind(path)
+    if kind is not None:
         if revision is not None:
             # A local folder has no revisions; ignoring the argument would hand back other files
             # than the ones asked for.
             raise CheckpointError(
                 f"{path}: revision={revision!r} applies to hub repo ids, but this is a local path"
             )
-        return _resolve_local(text, path)
+        return _resolve_local(text, path, kind)
     if isinstance(source, str) and _REPO_ID.fullmatch(source):
         return _resolve_hub(
             source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
@@ -104,19 +177,28 @@ def resolve_checkpoint(
     )
 
 
-def _resolve_local(source: str, path: Path) -> CheckpointFiles:
-    if path.is_dir():
+def _resolve_local(source: str, path: Path, kind: str) -> CheckpointFiles:
+    if kind == FOLDER:
         tokenizer_json = path / TOKENIZER_JSON
-        if not tokenizer_json.is_file():
-            present = sorted(p.name for p in path.iterdir())[:10]
+        found = path_kind(tokenizer_json)
+        if found is None:
+            try:
+                present = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
+            except OSError as error:
+                present = f"nothing listed: {error.strerror or error}"
             raise CheckpointError(
                 f"{tokenizer_json}: missing; a checkpoint folder must hold {TOKENIZER_JSON} "
-                f"(found: {', '.join(present) or 'nothing'})"
+                f"(found: {present})"
+            )
+        if found != FILE:
+            raise CheckpointError(
+                f"{tokenizer_json}: {found}, not a file; a checkpoint folder must hold "
+                f"{TOKENIZER_JSON} as a regular file"
             )
         return CheckpointFiles.in_folder(source, path, tokenizer_json)
-    if path.is_file():
+    if kind == FILE:
         return CheckpointFiles.in_folder(source, path.parent, path)
-    raise CheckpointError(f"{path}: neither a folder nor a file")
+    raise CheckpointError(f"{path}: {kind}, neither a folder nor a {TOKENIZER_JSON} file")
 
 
 def _env_true(name: str) -> bool:
@@ -217,7 +299,7 @@ def _resolve_hub(
     tokenizer_json = snapshot / TOKENIZER_JSON
     # Offline, snapshot_download returns the cached snapshot folder without checking its content,
     # and a dangling blob symlink exists() as False: check the one file we cannot do without.
-    if not tokenizer_json.is_file():
+    if path_kind(tokenizer_json) != FILE:
         raise CheckpointError(
             f"{where}: {tokenizer_json} is missing from the snapshot; the repo has no "
             f"{TOKENIZER_JSON}, or the cache at {shown_cache} is incomplete"

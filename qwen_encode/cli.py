@@ -4,8 +4,10 @@ Every line-oriented command follows one discipline, so a pipeline can trust its 
 line *i* answers input line *i*; a line that fails is answered in place by
 ``{"error": {"type", "message", "line"}}`` and every other line is still written; the exit code
 is 1 when any line failed (with a summary on stderr), 2 for usage errors (bad options, an input
-file or checkpoint that cannot be opened), 0 otherwise. Output files are written to a temporary
-file beside the target and renamed into place, so a crash or Ctrl-C never leaves half a file.
+file or checkpoint that cannot be opened, a closed stdin or stdout), 0 otherwise; 130, 143 and
+129 after SIGINT, SIGTERM and SIGHUP, 141 when the reader of stdout goes away. Output files are
+written to a temporary file beside the target and renamed into place, so a crash, Ctrl-C, SIGTERM
+or SIGHUP never leaves half a file.
 
 Run ``qwen-encode COMMAND --help`` for each command, or ``python -m qwen_encode.cli``.
 """
@@ -18,6 +20,8 @@ import difflib
 import io
 import json
 import os
+import re
+import signal
 import stat
 import sys
 import tempfile
@@ -46,6 +50,13 @@ EXIT_LINES_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what `tool | head` gives for other Unix tools
+# SIGTERM and SIGHUP exit with 128 + their number too (143, 129), after the same cleanup as Ctrl-C.
+
+# The signals that end a run and after which no temporary output may remain. SIGINT already
+# raises KeyboardInterrupt; the others are given a handler that raises Terminated (POSIX only).
+_TERMINATING = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 # The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per line: a typo
 # such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
@@ -78,6 +89,43 @@ class UsageError(Exception):
     """Bad options, or an input, output or checkpoint that cannot be used: exit 2."""
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived. A BaseException, like KeyboardInterrupt, so that no per-line
+    ``except Exception`` takes it for a bad line, and every ``with`` block unwinds: the temporary
+    output file is removed and an old output stays as it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    # Once the run is ending, a second signal must not interrupt the cleanup that removes the
+    # temporary file; it stays pending and dies with the process.
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(_TERMINATING))
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _termination_handled() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Terminated while a command runs (and the previous handlers come
+    back after, for a caller running main() in its own process)."""
+    previous: dict[int, Any] = {}
+    for signum in _TERMINATING:
+        # A signal the caller ignores stays ignored (nohup sets SIGHUP to SIG_IGN).
+        if signum != signal.SIGINT and signal.getsignal(signum) is signal.SIG_DFL:
+            try:
+                previous[signum] = signal.signal(signum, _raise_terminated)
+            except ValueError:  # main() called outside the main thread: signals are not ours
+                break
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class LineError(Exception):
     """One input line that cannot be answered; reported in place, the run goes on."""
 
@@ -90,8 +138,13 @@ class LineError(Exception):
 def _error_record(error: BaseException, line: int) -> dict[str, Any]:
     if isinstance(error, LineError):
         kind, message = error.kind, error.message
-    else:
+    elif isinstance(error, QwenEncodeError):
         kind, message = type(error).__name__, str(error)
+    else:
+        # Not an error raised on purpose: a bug met on this line. It is answered in place like
+        # any bad line (the others are still answered), but named for what it is.
+        kind = type(error).__name__
+        message = f"{error} (unexpected {kind} inside qwen-encode: please report it)"
     return {"error": {"type": kind, "message": message, "line": line}}
 
 
@@ -138,6 +191,43 @@ def _open_input(path: str) -> tuple[IO[bytes], int | None]:
     return stream, os.fstat(stream.fileno()).st_size
 
 
+# A JSON escape of a UTF-16 surrogate (\ud800-\udfff). UTF-8 input cannot carry a surrogate
+# otherwise (the decoder refuses one), so only lines matching this need the walk below.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where a lone UTF-16 surrogate is in a JSON value (``messages[1].content``), or None.
+
+    json.loads joins an escaped pair into one character, so what is left is text that is not
+    Unicode: no UTF-8 output can carry it and no tokenizer can encode it. Iterative: the value
+    may be nested as deeply as json.loads allows."""
+    pending: list[tuple[str, Any]] = [("", value)]
+    while pending:
+        path, node = pending.pop()
+        if isinstance(node, str):
+            found = _SURROGATE.search(node)
+            if found:
+                where = path or "the line's string"
+                return (
+                    f"{where}: a lone UTF-16 surrogate {found.group()!r} at character "
+                    f"{found.start()} is not Unicode text (no UTF-8 can carry it)"
+                )
+        elif isinstance(node, dict):
+            bad_key = next((key for key in node if _SURROGATE.search(key)), None)
+            if bad_key is not None:
+                where = path or "the line's object"
+                return f"{where}: the key {json.dumps(bad_key)} holds a lone UTF-16 surrogate"
+            for key, item in reversed(node.items()):
+                step = f".{key}" if _NAME.fullmatch(key) else f"[{json.dumps(key)}]"
+                pending.append((f"{path}{step}".lstrip("."), item))
+        elif isinstance(node, list):
+            pending.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(node))))
+    return None
+
+
 def _read_lines(stream: IO[bytes], progress: Progress) -> Iterator[Line]:
     """Lines as JSON values. Bytes are split on b"\\n" only (a U+2028 inside a JSON string is not a
     line break) and decoded as UTF-8 whatever the locale says."""
@@ -156,11 +246,21 @@ def _read_lines(stream: IO[bytes], progress: Progress) -> Iterator[Line]:
             yield Line(number, error=LineError("EmptyLine", "empty line (expected one JSON value)"))
             continue
         try:
-            yield Line(number, value=json.loads(text))
+            value = json.loads(text)
         except json.JSONDecodeError as error:
             yield Line(number, error=LineError("JSONDecodeError", str(error)))
+            continue
         except RecursionError:
             yield Line(number, error=LineError("JSONDecodeError", "nested too deeply"))
+            continue
+        except ValueError as error:  # an integer past Python's 4300-digit conversion limit
+            yield Line(number, error=LineError("JSONDecodeError", str(error)))
+            continue
+        surrogate = _lone_surrogate(value) if _SURROGATE_ESCAPE.search(text) else None
+        if surrogate is not None:
+            yield Line(number, error=LineError("InvalidUnicode", surrogate))
+            continue
+        yield Line(number, value=value)
 
 
 def _chunks(lines: Iterable[Line], size: int) -> Iterator[list[Line]]:
@@ -182,7 +282,7 @@ def _line_job(
     The input is opened first, so an unreadable input never creates an output file."""
     with contextlib.ExitStack() as stack:
         stream, size = _open_input(args.input)
-        if stream is not sys.stdin.buffer:
+        if args.input != "-":
             stack.callback(stream.close)
         progress = Progress(label, size, not args.no_progress and sys.stderr.isatty())
         stack.callback(progress.close)
@@ -197,15 +297,13 @@ def _line_job(
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back while the temporary output file is created and its cleanup registered:
-    an interrupt between the two would leave the file behind (seen under load in the Ctrl-C
-    test). The held signal is delivered, as KeyboardInterrupt, right after."""
-    import signal
-
+    """Hold Ctrl-C, SIGTERM and SIGHUP back while the temporary output file is created and its
+    cleanup registered: a signal between the two would leave the file behind (seen under load in
+    the Ctrl-C test). The held signal is delivered (KeyboardInterrupt, Terminated) right after."""
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no way to defer; the window is tiny
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(_TERMINATING))
     try:
         yield
     finally:
@@ -275,7 +373,12 @@ class AtomicOutput:
 
 def _dump(value: Any) -> bytes:
     # ensure_ascii=False: prompts in any script stay readable; the bytes are always UTF-8.
-    return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate got into a record (a library message quoting caller text): escaped
+        # as \udxxx, the line stays valid JSON and valid UTF-8, and says what the input held.
+        return (json.dumps(value) + "\n").encode("ascii")
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,6 +510,14 @@ def _request(value: Any, line: int, tally: Tally | None) -> Request:
         )
     if "messages" not in value:
         raise LineError("RequestError", 'missing "messages" (the conversation to render)')
+    # The shapes of the request itself are checked here; what is inside them, by format_prompt.
+    for name, allowed in (("messages", (list,)), ("tools", (list, type(None)))):
+        if name in value and not isinstance(value[name], allowed):
+            expected = "a JSON array" + (" or null" if type(None) in allowed else "")
+            raise LineError(
+                "RequestError",
+                f'"{name}" must be {expected}, got a JSON {_json_type(value[name])}',
+            )
     if tally is not None:
         for key in value:
             if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
@@ -514,6 +625,13 @@ def _encode_all(encoder: Encoder, prompts: Sequence[Prompt]) -> list[Encoding | 
     return list(encoder.encode_batch(prompts, errors="return")) if prompts else []
 
 
+def _encode_one(encoder: Encoder, prompt: Prompt) -> Encoding | Exception:
+    try:
+        return _encode_all(encoder, [prompt])[0]
+    except Exception as error:
+        return error
+
+
 def _encode_chunk(
     encoder: Encoder, chunk: list[Line], tally: Tally
 ) -> list[tuple[int, dict[str, Any] | None, Encoding | None, bool]]:
@@ -532,7 +650,14 @@ def _encode_chunk(
             requests.append(None)
             errors.append(_error_record(error, line.number))
     good = [r for r in requests if r is not None]
-    encoded = iter(_encode_all(encoder, [r.prompt for r in good]))
+    try:
+        outcomes = _encode_all(encoder, [r.prompt for r in good])
+    except Exception:
+        # errors="return" answers refused prompts in place; anything else the batch raises is a
+        # bug met on some line. Encode one by one, so only the lines that meet it fail (each
+        # with the error's type) and every other line of the chunk is still answered.
+        outcomes = [_encode_one(encoder, r.prompt) for r in good]
+    encoded = iter(outcomes)
     results = []
     for line, request, error in zip(chunk, requests, errors, strict=True):
         if request is None:
@@ -681,11 +806,11 @@ def cmd_render(args: argparse.Namespace) -> int:
                 elif prompt is not None:
                     view = _segments_view(prompt, style)
                     head = style.header(f"── line {line.number} ──")
-                    output.write(f"{head}\n{view}\n".encode())
+                    output.write(f"{head}\n{view}\n".encode("utf-8", "backslashreplace"))
                 else:
                     e = record["error"]
                     head = style.header(f"── line {line.number}: {e['type']} ──")
-                    output.write(f"{head}\n{e['message']}\n".encode())
+                    output.write(f"{head}\n{e['message']}\n".encode("utf-8", "backslashreplace"))
             progress.lines_done(len(chunk))
             output.flush()
         output.commit()
@@ -803,6 +928,10 @@ def _load_tools(path: str | None) -> Any:
         raise UsageError(f"--tools: cannot read {path}: {error.strerror or error}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UsageError(f"--tools: {path} is not JSON: {error}") from None
+    except RecursionError:
+        raise UsageError(f"--tools: {path}: JSON nested too deeply to read") from None
+    except ValueError as error:  # an integer past Python's 4300-digit limit
+        raise UsageError(f"--tools: {path}: JSON that cannot be read: {error}") from None
     if isinstance(tools, dict) and isinstance(tools.get("tools"), list):
         tools = tools["tools"]  # a request body holding the tools list
     from .parser import parse_completion
@@ -811,6 +940,8 @@ def _load_tools(path: str | None) -> Any:
         parse_completion("", tools=tools)  # builds the schema lookup: rejects a malformed list
     except (TypeError, ValueError) as error:
         raise UsageError(f"--tools: {path}: {error}") from None
+    except RecursionError:
+        raise UsageError(f"--tools: {path}: schemas nested too deeply to use") from None
     return tools
 
 
@@ -861,7 +992,9 @@ class _Parser:
                     )
                 encoder = self.encoder
                 size = encoder.vocabulary.tokenizer.get_vocab_size(with_added_tokens=True)
-                unknown = [i for i in ids if encoder.vocabulary.tokenizer.id_to_token(i) is None]
+                to_token = encoder.vocabulary.tokenizer.id_to_token
+                # id_to_token takes a u32: a larger ID would raise OverflowError, not answer None.
+                unknown = [i for i in ids if i >= 2**32 or to_token(i) is None]
                 if unknown:
                     raise LineError(
                         "RequestError",
@@ -959,7 +1092,8 @@ Output line i answers input line i:
   {{"input_ids": [...], "num_tokens": n}}            (+ "assistant_mask": [0/1...] if asked)
   {{"error": {{"type": ..., "message": ..., "line": i}}}}   (a bad line, in place)
 A blank line is an error line too (dropping it would shift every later answer).
-Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise.
+Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise
+(130, 143, 129 after SIGINT, SIGTERM, SIGHUP: no partial output file is left).
 
 --format npz writes padded arrays input_ids, attention_mask, assistant_mask (one row per
 successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each
@@ -1145,12 +1279,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fill_closed_standard_streams() -> None:
+    """Give a closed stdin, stdout or stderr (``<&-``, ``>&-``, ``2>&-``) /dev/null as its
+    descriptor. Otherwise the next file opened takes that number: the output file would become
+    descriptor 2, and any warning written there by a library (tokenizers logs from Rust) would
+    land in the output. Python already set the closed stream's sys.stdin/stdout/stderr to None;
+    stdin and stdout stay None, so a command that needs one says so (_check_standard_streams);
+    messages for a closed stderr are dropped."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                devnull = os.open(os.devnull, os.O_RDWR)
+                if devnull != fd:
+                    os.dup2(devnull, fd)
+                    os.close(devnull)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as we do
+
+
+def _check_standard_streams(args: argparse.Namespace) -> None:
+    if getattr(args, "input", None) == "-" and sys.stdin is None:
+        raise UsageError("stdin is closed: pass INPUT (a JSON Lines file) or redirect stdin")
+    writes_stdout = args.command == "validate" or getattr(args, "output", None) in (None, "-")
+    if writes_stdout and sys.stdout is None:
+        fix = "redirect stdout" if args.command == "validate" else "pass -o OUTPUT or redirect it"
+        raise UsageError(f"stdout is closed: there is nowhere to write; {fix}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _fill_closed_standard_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
-        return run(args)
+        with _termination_handled():
+            _check_standard_streams(args)
+            return run(args)
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"\n{PROG}: terminated by {name}; no partial output was left", file=sys.stderr)
+        return 128 + stop.signum
     except UsageError as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -1162,7 +1332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # interpreter's final flush does not raise again.
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, 1)
         return EXIT_BROKEN_PIPE
     except OSError as error:  # writing the output failed (disk full, stdout closed, ...)
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)

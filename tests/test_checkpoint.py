@@ -4,10 +4,15 @@ throughout)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
+import threading
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Imported before any test sets HF_* variables, so the tests prove they are read at call time,
 # not frozen into huggingface_hub.constants at import.
@@ -164,6 +169,149 @@ def test_folder_without_tokenizer_json(tmp_path: Path, no_hub: None) -> None:
 def test_revision_with_a_local_path_is_refused(qwen38_dir: Path, no_hub: None) -> None:
     with pytest.raises(CheckpointError, match="revision='v1' applies to hub repo ids"):
         resolve_checkpoint(qwen38_dir, revision="v1")
+
+
+# --- sources that are not a usable path --------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["", "   "], ids=["empty", "blank"])
+def test_empty_source_is_an_error_not_the_current_directory(
+    source: str, tmp_path: Path, no_hub: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The working directory holds a loadable checkpoint: "" must not resolve to it.
+    (tmp_path / "tokenizer.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="found the empty string"):
+        resolve_checkpoint(source)
+
+
+def test_empty_source_through_the_encoder(no_hub: None) -> None:
+    from qwen_encode.encoder import Encoder
+
+    with pytest.raises(CheckpointError, match="found the empty string"):
+        Encoder.from_pretrained("")
+
+
+@pytest.mark.parametrize("source", [None, 5, 1.5, ["a/b"], object()])
+def test_source_of_the_wrong_type_is_a_typed_error(source: object, no_hub: None) -> None:
+    with pytest.raises(CheckpointError) as raised:
+        resolve_checkpoint(source)  # type: ignore[arg-type]
+    assert f"found {type(source).__name__}" in str(raised.value)
+
+
+@pytest.mark.parametrize("source", ["a\0b", "\ud800", "x" * 5000], ids=["nul", "surrogate", "long"])
+def test_source_that_no_file_system_accepts(source: str, no_hub: None) -> None:
+    with pytest.raises(CheckpointError):
+        resolve_checkpoint(source)
+
+
+def _tiny_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "ckpt"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "qwen3.8-tiny", folder)
+    return folder
+
+
+def _replace_with(path: Path, kind: str) -> None:
+    path.unlink()
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent / "nowhere")
+
+
+_KINDS = {
+    "folder": "a folder",
+    "fifo": "a FIFO (named pipe)",
+    "broken-link": "a broken symbolic link",
+}
+
+
+@pytest.fixture
+def unblocker() -> Iterator[Callable[[Path], None]]:
+    """A FIFO opened for reading blocks until a writer comes. Should resolution ever open one, this
+    writer (after 10 s) turns the hang into a wrong answer the test reports."""
+    stop = threading.Event()
+    fifos: list[Path] = []
+
+    def watch() -> None:
+        if stop.wait(10):
+            return
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    yield fifos.append
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_tokenizer_json_that_is_not_a_file(
+    kind: str, tmp_path: Path, no_hub: None, unblocker: Callable[[Path], None]
+) -> None:
+    folder = _tiny_folder(tmp_path)
+    target = folder / "tokenizer.json"
+    _replace_with(target, kind)
+    unblocker(target)
+    # A folder named tokenizer.json, given itself, is a checkpoint folder (missing its file).
+    for source in (folder,) if kind == "folder" else (folder, target):
+        with pytest.raises(CheckpointError) as raised:
+            resolve_checkpoint(source)
+        assert str(raised.value).startswith(f"{target}: {_KINDS[kind]}, ")
+        assert "found:" not in str(raised.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+@pytest.mark.parametrize("kind", list(_KINDS))
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "chat_template.jinja", "config.json"])
+def test_side_file_that_is_not_a_file_is_not_taken_for_absent(
+    name: str, kind: str, tmp_path: Path, no_hub: None, unblocker: Callable[[Path], None]
+) -> None:
+    folder = _tiny_folder(tmp_path)
+    _replace_with(folder / name, kind)
+    unblocker(folder / name)
+    with pytest.raises(CheckpointError) as raised:
+        resolve_checkpoint(folder)
+    assert str(raised.value).startswith(f"{folder / name}: {_KINDS[kind]}, not a file")
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, below: Path) -> None:
+    """Simulate a folder with mode 000 for a root test run (root passes every permission check):
+    stat of anything inside it fails as it would for another user."""
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(os.fspath(path)).parent == below:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+
+
+def test_unsearchable_folder_simulated(
+    tmp_path: Path, no_hub: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _tiny_folder(tmp_path)
+    _deny(monkeypatch, folder)
+    with pytest.raises(CheckpointError) as raised:
+        resolve_checkpoint(folder)
+    assert str(raised.value).startswith(f"{folder / 'tokenizer.json'}: cannot be read (permission")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads mode 000")
+def test_unsearchable_folder(tmp_path: Path, no_hub: None) -> None:
+    folder = _tiny_folder(tmp_path)
+    folder.chmod(0)
+    try:
+        with pytest.raises(CheckpointError, match="permission denied"):
+            resolve_checkpoint(folder)
+    finally:
+        folder.chmod(0o755)
 
 
 # --- hub ids, offline, from a cache ---------------------------------------------------------------

@@ -285,7 +285,9 @@ def test_failed_run_leaves_an_existing_output_untouched(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_ctrl_c_leaves_no_partial_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_termination_leaves_no_partial_output(name: str, code: int, tmp_path: Path) -> None:
+    """SIGTERM and SIGHUP left the partial .ids.jsonl.XXXX.tmp behind (only Ctrl-C was clean)."""
     import signal
     import time
 
@@ -293,6 +295,7 @@ def test_ctrl_c_leaves_no_partial_output(tmp_path: Path) -> None:
     source.write_text("\n".join(CHAT_LINES * 4000) + "\n", encoding="utf-8")
     target = tmp_path / "out" / "ids.jsonl"
     target.parent.mkdir()
+    target.write_text("previous\n")
     process = subprocess.Popen(
         [*COMMAND, "encode", "--model", str(TINY), str(source), "-o", str(target)],
         cwd=ROOT,
@@ -301,16 +304,46 @@ def test_ctrl_c_leaves_no_partial_output(tmp_path: Path) -> None:
     )
     deadline = time.monotonic() + 60
     # Interrupt once the temporary file exists, i.e. in the middle of writing.
-    while not any(target.parent.iterdir()) and time.monotonic() < deadline:
+    while len(list(target.parent.iterdir())) < 2 and time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.skip("the run finished before it could be interrupted")
         time.sleep(0.01)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(getattr(signal, name))
     _, stderr = process.communicate(timeout=60)
     if process.returncode == 0:
         pytest.skip("the run finished before the interrupt arrived")
-    assert process.returncode == 130, stderr
-    assert list(target.parent.iterdir()) == []
+    assert process.returncode == code, stderr
+    assert b"Traceback" not in stderr
+    assert list(target.parent.iterdir()) == [target]
+    assert target.read_text() == "previous\n"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    """Under nohup (SIGHUP ignored) the run must go on to the end, not stop at a hang-up."""
+    import signal
+    import time
+
+    source = tmp_path / "big.jsonl"
+    source.write_text("\n".join(CHAT_LINES * 2000) + "\n", encoding="utf-8")
+    target = tmp_path / "out" / "ids.jsonl"
+    target.parent.mkdir()
+    process = subprocess.Popen(
+        [*COMMAND, "encode", "--model", str(TINY), str(source), "-o", str(target)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 60
+    while not any(target.parent.iterdir()) and time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.skip("the run finished before the hang-up could be sent")
+        time.sleep(0.01)
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert len(target.read_text(encoding="utf-8").splitlines()) == len(CHAT_LINES) * 2000
 
 
 def test_assistant_mask(chat_output: list[dict[str, Any]]) -> None:
@@ -486,6 +519,19 @@ def test_validate_a_broken_vocabulary(tmp_path: Path) -> None:
     assert "<think>" in encode.stderr
 
 
+def test_validate_prints_a_stop_token_id_out_of_range_as_a_problem(tmp_path: Path) -> None:
+    folder = _tiny_copy(tmp_path)
+    (folder / "generation_config.json").write_text('{"eos_token_id": [-1, 18446744073709551616]}')
+    result = run("validate", folder)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "OverflowError" not in result.stdout
+    assert "found -1, which is no token" in result.stdout
+    assert "found 18446744073709551616, which is no token" in result.stdout
+    assert "chat template  the official Qwen 3.8 template" in result.stdout  # the rest is there
+    # An encoder loads from it (stop tokens do not prevent loading).
+    assert run("encode", "--model", folder, stdin=request()).returncode == 0
+
+
 def test_validate_an_unreadable_checkpoint(tmp_path: Path) -> None:
     result = run("validate", tmp_path / "nothing-here")
     assert result.returncode == 1
@@ -645,3 +691,232 @@ def test_tiny_fixture_is_reproducible() -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# hostile input: every line answered in place, no traceback, an exit code that says what happened
+
+
+def test_lone_surrogates_are_answered_in_place() -> None:
+    """A lone surrogate (valid JSON, not Unicode) crashed the run with a traceback and no line of
+    the chunk answered (encode), or failed while writing the output (render, parse)."""
+    lines = [
+        request("ok"),
+        '{"messages": [{"role": "user", "content": "a \\ud800"}]}',
+        request("ok", reasoning_effort="\ud800"),
+        '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
+        '"function": {"name": "f", "description": "\\uDFFF"}}]}',
+        '{"messages": [{"role": "user", "content": "x", "\\udc00": 1}]}',
+        request("an escaped pair is one character: \ud83d\ude00"),
+    ]
+    where = {
+        2: "messages[0].content: a lone UTF-16 surrogate '\\ud800' at character 2",
+        3: "reasoning_effort: a lone UTF-16 surrogate '\\ud800' at character 0",
+        4: "tools[0].function.description: a lone UTF-16 surrogate '\\udfff' at character 0",
+        5: 'messages[0]: the key "\\udc00" holds a lone UTF-16 surrogate',
+    }
+    for command in (["encode", "--model", TINY], ["render"], ["render", "--segments"]):
+        result = run(*command, stdin="\n".join(lines))
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "4 of 6 lines failed (lines 2, 3, 4, 5)" in result.stderr
+        if "--segments" in command:
+            for line, message in where.items():
+                assert f"── line {line}: InvalidUnicode ──\n{message}" in result.stdout
+            continue
+        out = records(result.stdout)  # run() decoded it as UTF-8: it is valid UTF-8
+        assert len(out) == len(lines)
+        for line, message in where.items():
+            error = out[line - 1]["error"]
+            assert error["type"] == "InvalidUnicode" and error["line"] == line
+            assert error["message"].startswith(message), error
+        assert "error" not in out[0] and "error" not in out[5]
+
+    parsed = run("parse", stdin='"fine"\n"half a pair \\ud800"\n{"text": "\\udfff"}')
+    assert parsed.returncode == 1 and "Traceback" not in parsed.stderr
+    out = records(parsed.stdout)
+    assert out[0]["message"]["reasoning_content"] == "fine"
+    assert [r["error"]["message"].split(":")[0] for r in out[1:]] == ["the line's string", "text"]
+
+
+def test_a_library_failure_fails_only_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the batch call raises something else than a per-prompt error (a library bug met by one
+    prompt), the chunk is encoded one by one: that line is answered with the error's type and a
+    note that it is unexpected, every other line is encoded."""
+    from qwen_encode import cli
+    from qwen_encode.encoder import Encoder
+
+    encoder = Encoder.from_pretrained(TINY)
+    real = Encoder.encode_batch
+
+    def encode_batch(self: Encoder, prompts: Any, **kwargs: Any) -> Any:
+        if any("poison" in prompt.text for prompt in prompts):
+            raise TypeError("TextEncodeInput must be Union[...]")
+        return real(self, prompts, **kwargs)
+
+    monkeypatch.setattr(Encoder, "encode_batch", encode_batch)
+    chunk = [cli.Line(n, value=json.loads(request(t))) for n, t in enumerate(["a", "poison", "b"])]
+    tally = cli.Tally("encode")
+    results = cli._encode_chunk(encoder, chunk, tally)
+    assert [error for _, error, _, _ in results if error] == [
+        {
+            "error": {
+                "type": "TypeError",
+                "message": "TextEncodeInput must be Union[...] (unexpected TypeError inside "
+                "qwen-encode: please report it)",
+                "line": 1,
+            }
+        }
+    ]
+    assert [encoding is not None for _, _, encoding, _ in results] == [True, False, True]
+
+
+def test_parse_tools_nested_too_deeply_is_a_usage_error(tmp_path: Path) -> None:
+    schema = '{"type": "object"}'
+    for _ in range(1000):
+        schema = '{"type": "object", "properties": {"a": ' + schema + "}}"
+    deep = tmp_path / "deep.json"
+    deep.write_text(
+        f'[{{"type": "function", "function": {{"name": "f", "parameters": {schema}}}}}]'
+    )
+    result = run("parse", "--tools", deep, stdin='"hi"')
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"qwen-encode parse: error: --tools: {deep}: JSON nested too deeply to read\n"
+    )
+
+
+def _closed(fd: int, *args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run the CLI with descriptor ``fd`` closed, as ``<&-``, ``>&-`` or ``2>&-`` does."""
+    redirect = {0: "<&-", 1: ">&-", 2: "2>&-"}[fd]
+    result = subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", *COMMAND, *map(str, args)],
+        input=stdin.encode(),
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+    )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell redirections")
+@pytest.mark.parametrize(
+    ("fd", "args", "message"),
+    [
+        (0, ("encode", "--model", TINY), "stdin is closed"),
+        (0, ("render",), "stdin is closed"),
+        (0, ("parse",), "stdin is closed"),
+        (1, ("encode", "--model", TINY), "stdout is closed"),
+        (1, ("render",), "stdout is closed"),
+        (1, ("validate", TINY), "stdout is closed"),
+    ],
+)
+def test_closed_stdin_or_stdout_is_a_one_line_usage_error(
+    fd: int, args: tuple[str, ...], message: str
+) -> None:
+    result = _closed(fd, *args, stdin=request())
+    assert result.returncode == 2, result.stderr
+    command = args[0]
+    assert result.stderr.startswith(f"qwen-encode {command}: error: {message}")
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell redirections")
+def test_closed_streams_that_are_not_needed(tmp_path: Path) -> None:
+    # stdin closed, INPUT given: fine.
+    assert _closed(0, "render", CHAT).returncode == 0
+    # stdout closed, -o given: fine, and the output file is not given descriptor 1 by accident.
+    target = tmp_path / "out.jsonl"
+    assert _closed(1, "encode", "--model", TINY, "-o", target, stdin=request()).returncode == 0
+    assert records(target.read_text())[0]["num_tokens"] > 0
+    # stderr closed: no traceback anywhere, the exit code still says a line failed.
+    result = _closed(2, "encode", "--model", TINY, stdin=request() + "\n{}")
+    assert result.returncode == 1 and result.stderr == ""
+    assert len(records(result.stdout)) == 2
+
+
+def test_empty_model_is_a_usage_error() -> None:
+    result = run("encode", "--model", "", stdin=request())
+    assert result.returncode == 2
+    assert "found the empty string ''" in result.stderr and "Traceback" not in result.stderr
+
+
+def _hostile_lines() -> list[tuple[str | bytes, str]]:
+    """(line, what is wrong with it) for every kind of bad line, each between good ones."""
+    deep = "[" * 2000 + "]" * 2000
+    bad: list[tuple[str | bytes, str]] = [
+        ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "surrogate"),
+        ("\x00", "raw NUL byte"),
+        ('{"messages": [{"role": "user", "content": "x"}], "n": ' + "9" * 5000 + "}", "huge int"),
+        ('{"messages": ' + deep + "}", "deep nesting"),
+        (deep, "deep nesting, top level"),
+        ('{"messages": [', "invalid JSON"),
+        (b"\xff\xfe", "not UTF-8"),
+        ("", "blank"),
+        ("[1, 2]", "an array"),
+        ("null", "null"),
+        ('"text"', "a string"),
+        ("5", "a number"),
+        ('{"messages": 5}', "messages: number"),
+        ('{"messages": [5]}', "message: number"),
+        ('{"messages": [{"role": 5, "content": "x"}]}', "role: number"),
+        ('{"messages": [{"role": "user", "content": 5}]}', "content: number"),
+        ('{"messages": [{"role": "user", "content": [5]}]}', "content: list of numbers"),
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": 5}', "tools: number"),
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": [5]}', "tool: number"),
+        ('{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 5}', "kwargs"),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], '
+            '"chat_template_kwargs": {"enable_thinking": "yes"}}',
+            "flag: string",
+        ),
+        ('{"messages": [{"role": "user", "content": "x"}], "reasoning_effort": 5}', "effort"),
+        ('{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 5}', "agp"),
+        ('{"messages": [{"role": "user", "content": "x"}], "return_token_strs": 5}', "strs"),
+        (
+            '{"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}]}',
+            "tool_calls: number",
+        ),
+        ('{"output_ids": [-1]}', "negative ID"),
+        ('{"output_ids": [1.5]}', "float ID"),
+        ('{"output_ids": [' + str(2**70) + "]}", "huge ID"),
+        ('{"text": 5}', "text: number"),
+    ]
+    good = request("fine")
+    # NUL is a character like any other: encoded as text, as transformers does. Not a bad line.
+    bad.append((request("a\x00b"), ""))
+    lines: list[tuple[str | bytes, str]] = []
+    for line, why in bad:
+        lines += [(good, ""), (line, why)]
+    return [*lines, (good, "")]
+
+
+@pytest.mark.parametrize("command", ["encode", "render", "parse"])
+def test_every_kind_of_bad_line_is_answered_in_its_place(command: str, tmp_path: Path) -> None:
+    lines = _hostile_lines()
+    source = tmp_path / "hostile.jsonl"
+    data = [line if isinstance(line, bytes) else line.encode() for line, _ in lines]
+    source.write_bytes(b"\n".join(data) + b"\n")
+    args = ["--model", TINY] if command in ("encode", "parse") else []
+    result = run(command, *args, source)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    out = records(result.stdout)
+    assert len(out) == len(lines)
+    for number, ((_, why), record) in enumerate(zip(lines, out, strict=True), 1):
+        if "error" in record:
+            assert record["error"]["line"] == number
+            assert "unexpected" not in record["error"]["message"], (why, record)
+        # For encode and render every bad line fails. parse reads completions: a request line is
+        # no completion and fails too, but some bad lines ("text", a JSON string) are completions.
+        elif command != "parse":
+            assert not why, (why, record)
+    if command != "parse":
+        assert all(out[i] == out[0] for i in range(0, len(lines), 2))  # good lines, unchanged
+        assert "error" not in out[-2]  # the NUL line
+    else:
+        assert all("error" in out[i] for i in range(0, len(lines), 2))  # requests: no completions

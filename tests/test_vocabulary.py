@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -524,7 +525,7 @@ def test_missing_tokenizer_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (b'{"version": "1.0", "added_tokens": [', ": invalid JSON (Expecting value: line 1"),
+        (b'{"version": "1.0", "added_tokens": [', ": invalid JSON (it must end with the }"),
         (b"\xff\xfe{}", ": not UTF-8 text, so not a tokenizer.json"),
         (b'{"version": "1.0"}', ": valid JSON but not a tokenizer.json that tokenizers can load"),
     ],
@@ -607,46 +608,100 @@ def test_bos_added_by_the_post_processor(tmp_path: Path) -> None:
     )
 
 
-def test_added_tokens_after_the_model(tmp_path: Path) -> None:
-    """When ``model`` precedes ``added_tokens`` the head scan gives up rather than parse the
-    vocabulary; the checks still run on what tokenizers loaded."""
+def reordered_tiny(tmp_path: Path, order: Callable[[dict[str, Any]], dict[str, Any]]) -> Path:
     data = json.loads(tiny_tokenizer().to_str())
-    reordered = {"model": data.pop("model"), **data}
-    (tmp_path / "tokenizer.json").write_text(json.dumps(reordered), encoding="utf-8")
-    assert vocabulary._declared_added_tokens(tmp_path / "tokenizer.json") is None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(order(data)), encoding="utf-8")
+    return tmp_path / "tokenizer.json"
+
+
+def model_first(data: dict[str, Any]) -> dict[str, Any]:
+    return {"model": data.pop("model"), **data}
+
+
+def test_added_tokens_after_the_model_are_read(tmp_path: Path) -> None:
+    path = reordered_tiny(tmp_path, model_first)
+    declared = vocabulary._declared_added_tokens(path)
+    assert declared == json.loads(path.read_text(encoding="utf-8"))["added_tokens"]
     assert load(tmp_path).report.vocabulary_ok
 
 
+@pytest.mark.parametrize("order", ["model-first", "added-tokens-last", "sorted-reversed"])
+def test_declared_ids_are_checked_in_any_key_order(order: str, tmp_path: Path) -> None:
+    """The declared-ID check held only when added_tokens came before model: a file declaring
+    <|im_end|> at another ID than the one tokenizers loads it at validated as ok."""
+
+    def wrong_im_end(data: dict[str, Any]) -> dict[str, Any]:
+        entry(data["added_tokens"], TURN_CLOSE)["id"] = 99_999
+        if order == "model-first":
+            return model_first(data)
+        if order == "added-tokens-last":
+            return {**{k: v for k, v in data.items() if k != "added_tokens"}, **data}
+        return dict(sorted(data.items(), reverse=True))
+
+    path = reordered_tiny(tmp_path, wrong_im_end)
+    loaded = Tokenizer.from_file(str(path)).token_to_id(TURN_CLOSE)
+    assert loaded != 99_999
+    report = validate_checkpoint(tmp_path)
+    assert not report.vocabulary_ok
+    assert f"'<|im_end|>': expected ID 99999 as declared in tokenizer.json, found ID {loaded} " in (
+        "\n".join(report.vocabulary_problems)
+    )
+
+
 def test_added_tokens_far_into_the_head(tmp_path: Path) -> None:
-    """A head larger than the first read (64 KiB) is read on, with a multi-byte character placed
-    across each read boundary."""
+    """Large values before added_tokens (a multi-byte character among them) are stepped over."""
     text = tiny_tokenizer().to_str()
     at = text.index('"added_tokens"')
-    padding = " " * (vocabulary._HEAD_FIRST_READ - at - 2)
-    padded = (
-        text[:at] + padding + '"x": "é", ' + " " * (3 * vocabulary._HEAD_FIRST_READ) + text[at:]
-    )
+    padded = text[:at] + '"x": "é", ' + " " * (1 << 20) + '"y": [[1, {"z": "]"}]], ' + text[at:]
     (tmp_path / "tokenizer.json").write_text(padded, encoding="utf-8")
     declared = vocabulary._declared_added_tokens(tmp_path / "tokenizer.json")
     assert declared is not None
     assert [e["content"] for e in declared] == list(ALL_ADDED_TOKENS)
 
 
-def test_head_scan_never_misreads_a_truncated_head() -> None:
+def test_only_the_top_level_added_tokens_count() -> None:
+    """A nested "added_tokens" key, or one inside a string, is not the file's list; an escaped
+    spelling of the key is the same key (serde decodes escapes in keys)."""
+    decoy = [{"id": 1, "content": "decoy"}]
+    real = [{"id": 7, "content": '<|x"]}|>'}]
+    text = json.dumps(
+        {
+            "version": '"added_tokens": [1]',
+            "normalizer": {"added_tokens": decoy, "s": ["{", "\\", '\\"']},
+            "model": {"vocab": {"[": 0, '"added_tokens": ': 1}, "merges": [["[", "{"]]},
+            "added_tokens": real,
+        }
+    ).encode()
+    assert vocabulary._top_level_added_tokens(text) == real
+    escaped = text.replace(b'"added_tokens": [{"id": 7', b'"added\\u005ftokens": [{"id": 7')
+    assert escaped != text
+    assert vocabulary._top_level_added_tokens(escaped) == real
+
+
+def test_scan_never_misreads_a_truncated_file() -> None:
     text = json.dumps(
         {
             "version": "1.0",
             "truncation": None,
-            "x": [1.5, "a,b"],
+            "x": [1.5, "a,b", {"y": ["]"]}],
+            "model": {"vocab": {"a": 0}, "merges": [["a", "b"]]},
             "added_tokens": [{"id": 7, "content": "<é>"}],
-            "model": {},
-        }
-    )
-    full = vocabulary._scan_added_tokens(text)
+        },
+        ensure_ascii=False,
+    ).encode()
+    full = vocabulary._top_level_added_tokens(text)
     assert full == [{"id": 7, "content": "<é>"}]
     for cut in range(len(text)):
-        found = vocabulary._scan_added_tokens(text[:cut])
-        assert found is vocabulary._NEED_MORE or found == full, cut
+        assert vocabulary._top_level_added_tokens(text[:cut]) in (None, full), cut
+
+
+def test_scan_is_linear_on_hostile_nesting() -> None:
+    """Long runs that open a container but close none are where a backtracking pattern would go
+    exponential: the scan must step over them by counting, in one pass."""
+    text = (
+        b'{"a": [' + b'{"k": 1, ' * 50_000 + b'"m": [1]' + b"}" * 50_000 + b'], "added_tokens": []}'
+    )
+    assert vocabulary._top_level_added_tokens(text) == []
 
 
 def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir, monkeypatch):
@@ -655,3 +710,151 @@ def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir
     monkeypatch.setattr(vocabulary, "_load_tokenizer", lambda path: pytest.fail("loaded"))
     assert vocabulary.chat_template_kind(qwen38_dir) == "qwen3.8"
     assert vocabulary.chat_template_kind(qwen3_dir) == "other"
+
+
+# --- numbers and shapes in the side files: a problem in the report, never OverflowError -------
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "qwen3.8-tiny"
+
+
+def tiny_with(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / "tiny"
+    shutil.copytree(TINY, folder)
+    (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("eos", "found"),
+    [
+        ("[-1]", "found -1, which is no token"),
+        ("-1", "found -1, which is no token"),
+        (str(2**64), f"found {2**64}, which is no token"),
+        (f"[2050, {2**63 + 1}]", f"found {2**63 + 1}, which is no token"),
+        ('"2050"', 'found "2050"'),
+        ("[[2050]]", "found [[2050]]"),
+        ("[true]", "found [true]"),
+        ("[2050.0]", "found [2050.0]"),
+        ("[]", "found []"),
+    ],
+)
+def test_stop_tokens_of_any_shape_are_a_problem_in_the_report(
+    eos: str, found: str, tmp_path: Path
+) -> None:
+    folder = tiny_with(tmp_path, "generation_config.json", f'{{"eos_token_id": {eos}}}')
+    report = validate_checkpoint(folder)
+    assert report.vocabulary_ok and not report.ok
+    stop_problems = [p for p in report.problems if p.startswith("generation_config.json")]
+    assert stop_problems and all("eos_token_id" in p for p in stop_problems)
+    assert any(found in p for p in stop_problems), stop_problems
+    # Nothing else went missing from the report: the other checks ran.
+    assert report.template == "qwen3.8" and report.embedding_size == 2112
+    assert load(folder).report == report  # loading does not raise either
+
+
+@pytest.mark.parametrize(
+    ("vocab_size", "found"),
+    [
+        ("-1", "found -1"),
+        (str(2**70), None),
+        ("2112.0", "expected an integer of at least 2081, found 2112.0"),
+        ('"2112"', 'expected an integer of at least 2081, found "2112"'),
+        ("true", "expected an integer of at least 2081, found true"),
+        ("[2112]", "expected an integer of at least 2081, found [2112]"),
+    ],
+)
+def test_embedding_size_of_any_shape(vocab_size: str, found: str | None, tmp_path: Path) -> None:
+    config = json.loads((TINY / "config.json").read_text(encoding="utf-8"))
+    text = json.dumps(config).replace('"vocab_size": 2112', f'"vocab_size": {vocab_size}')
+    report = validate_checkpoint(tiny_with(tmp_path, "config.json", text))
+    embedding = [p for p in report.problems if p.startswith("config.json text_config.vocab_size")]
+    if found is None:
+        assert report.ok and report.embedding_size == 2**70
+    else:
+        assert len(embedding) == 1 and found in embedding[0], report.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"eos_token_id": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deeply"),
+        ('{"eos_token_id": ' + "7" * 5000 + "}", "JSON that cannot be read"),
+    ],
+    ids=["deep", "5000-digits"],
+)
+def test_side_file_json_python_cannot_hold(text: str, why: str, tmp_path: Path) -> None:
+    folder = tiny_with(tmp_path, "generation_config.json", text)
+    with pytest.raises(CheckpointError) as raised:
+        validate_checkpoint(folder)
+    assert str(raised.value).startswith(f"{folder / 'generation_config.json'}: {why}")
+
+
+# --- a bound on tokenizer.json: refused before tokenizers reads it ---------------------------
+
+
+@pytest.fixture
+def never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal must come before any parse: neither tokenizers nor json may read the file."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail("the file was parsed before being refused")
+
+    monkeypatch.setattr(vocabulary.tokenizers.Tokenizer, "from_file", refuse)
+    monkeypatch.setattr(vocabulary.json, "load", refuse)
+
+
+def sparse_tokenizer_json(tmp_path: Path, size: int) -> Path:
+    """The tiny fixture's valid tokenizer.json followed by NUL bytes up to ``size``, sparse (the
+    test costs no disk space or time)."""
+    folder = tiny_with(tmp_path, "tokenizer.json", (TINY / "tokenizer.json").read_text("utf-8"))
+    with (folder / "tokenizer.json").open("r+b") as handle:
+        handle.truncate(size)
+    return folder
+
+
+def test_tokenizer_json_over_the_bound(tmp_path: Path, never_parsed: None) -> None:
+    folder = sparse_tokenizer_json(tmp_path, 2 * 10**9)
+    for call in (load, validate_checkpoint):
+        with pytest.raises(CheckpointError) as raised:
+            call(folder)
+        assert str(raised.value).startswith(
+            f"{folder / 'tokenizer.json'}: 2,000,000,000 bytes, more than the 268,435,456 "
+            "(= 256 MiB) read"
+        )
+
+
+def test_tokenizer_json_with_trailing_nul_bytes_under_the_bound(
+    tmp_path: Path, never_parsed: None
+) -> None:
+    folder = sparse_tokenizer_json(tmp_path, vocabulary.MAX_TOKENIZER_JSON_BYTES)
+    with pytest.raises(CheckpointError) as raised:
+        load(folder)
+    message = str(raised.value)
+    where = folder / "tokenizer.json"
+    assert message.startswith(f"{where}: invalid JSON (it must end with the }} closing its object")
+    last = vocabulary.MAX_TOKENIZER_JSON_BYTES - 1
+    nul = bytes(12)
+    assert f"found {nul!r} ending at byte {last:,}" in message
+
+
+def test_trailing_blanks_are_still_json(tmp_path: Path) -> None:
+    text = (TINY / "tokenizer.json").read_text("utf-8") + " \n" * (3 * vocabulary._TAIL_READ)
+    assert load(tiny_with(tmp_path, "tokenizer.json", text)).report.ok
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "config.json", "chat_template.jinja"])
+def test_side_file_over_the_bound(name: str, tmp_path: Path) -> None:
+    folder = tiny_with(tmp_path, name, "{}")
+    with (folder / name).open("r+b") as handle:
+        handle.truncate(vocabulary.MAX_SIDE_FILE_BYTES + 1)
+    with pytest.raises(CheckpointError, match="more than the 16,777,216 "):
+        vocabulary._inspect(resolve_checkpoint(folder))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_checkpoint_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """tokenizers takes the path as a Rust string: a folder named b"x\\xff" failed to load."""
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/x\xff"))
+    shutil.copytree(TINY, folder)
+    report = load(folder).report
+    assert report.ok, report.problems
