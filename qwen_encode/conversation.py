@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, get_args
 
-from .errors import PromptError
+from .errors import PromptError, shown
 from .markers import call_name_problem
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -118,16 +118,18 @@ class ToolCall:
         if not isinstance(self.name, str):
             raise PromptError(f"must be a string, got {type(self.name).__name__}", field="name")
         if problem := call_name_problem(self.name):
-            raise PromptError(f"function name {self.name!r} {problem}", field="name")
+            raise PromptError(f"function name {shown(self.name)} {problem}", field="name")
         if not isinstance(self.arguments, Mapping):
             raise PromptError(
                 f"must be an object, got {type(self.arguments).__name__}", field="arguments"
             )
         for key in self.arguments:
             if not isinstance(key, str):
-                raise PromptError(f"argument names must be strings, got {key!r}", field="arguments")
+                raise PromptError(
+                    f"argument names must be strings, got {shown(key)}", field="arguments"
+                )
             if problem := call_name_problem(key):
-                raise PromptError(f"argument name {key!r} {problem}", field=f"arguments.{key}")
+                raise PromptError(f"argument name {shown(key)} {problem}", field=f"arguments.{key}")
         if problem := json_depth_problem(self.arguments):
             raise PromptError(problem, field="arguments")
         if self.id is not None and not isinstance(self.id, str):
@@ -288,7 +290,7 @@ def _reasoning_from_json(message: Mapping[str, Any]) -> str | None:
     for other_key, other in given[1:]:
         if other != value:
             # transformers would silently keep the first; two different reasonings is a caller bug.
-            raise PromptError(f"conflicts with {other_key!r}", field=key)
+            raise PromptError(f"conflicts with {shown(other_key)}", field=key)
     if not isinstance(value, str):
         raise PromptError(f"must be a string, got {type(value).__name__}", field=key)
     return value

@@ -28,7 +28,7 @@ from . import markers as mk
 from .checkpoint import resolve_checkpoint
 from .conversation import Turn, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens
-from .errors import MarkerInTextError, PromptError, TokenIdError
+from .errors import MarkerInTextError, PromptError, TokenIdError, shown
 from .protocol import (
     Prompt,
     PromptPlan,
@@ -173,12 +173,23 @@ class Encoder:
         tokenizer_json: str | os.PathLike[str] | None = None,
         cache_bytes: int = _RUN_CACHE_BYTES,
     ):
-        if markers_in_text not in _MODES:
-            raise ValueError(f"markers_in_text must be one of {_MODES}, got {markers_in_text!r}")
-        if engine not in _ENGINES:
-            raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
+        # PromptError (a ValueError) like every other argument check, so one except clause
+        # catches every refusal of the library.
+        if not isinstance(markers_in_text, str) or markers_in_text not in _MODES:
+            raise PromptError(
+                f"must be one of {_MODES}, got {shown(markers_in_text)}", field="markers_in_text"
+            )
+        if not isinstance(engine, str) or engine not in _ENGINES:
+            raise PromptError(f"must be one of {_ENGINES}, got {shown(engine)}", field="engine")
         if engine != "tokenizers" and tokenizer_json is None:
-            raise ValueError(f"engine={engine!r} needs tokenizer_json (the file fastokens loads)")
+            raise PromptError(
+                f"engine={shown(engine)} needs tokenizer_json (the file fastokens loads)",
+                field="tokenizer_json",
+            )
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise PromptError(
+                f"must be a non-negative integer, got {shown(cache_bytes)}", field="cache_bytes"
+            )
         self.vocabulary = vocabulary
         self.markers_in_text: MarkersInText = markers_in_text
         self._tokenizer: Tokenizer = vocabulary.tokenizer
@@ -309,13 +320,14 @@ class Encoder:
         for position, token in enumerate(items):
             if isinstance(token, bool | np.bool_) or not isinstance(token, int | np.integer):
                 raise TokenIdError(
-                    f"expected an integer ID, got {type(token).__name__} {token!r}",
+                    f"expected an integer ID, got {type(token).__name__} {shown(token)}",
                     position=position,
                 )
             token = int(token)
             if not 0 <= token < size:
                 raise TokenIdError(
-                    f"ID {token} is outside the vocabulary (0 to {size - 1})", position=position
+                    f"ID {shown(token)} is outside the vocabulary (0 to {size - 1})",
+                    position=position,
                 )
             checked.append(token)
         return checked
@@ -324,7 +336,7 @@ class Encoder:
         """The text of ``ids`` (checked as ``check_ids`` checks them)."""
         if not isinstance(skip_special_tokens, bool):
             raise PromptError(
-                f"must be a bool, got {skip_special_tokens!r}", field="skip_special_tokens"
+                f"must be a bool, got {shown(skip_special_tokens)}", field="skip_special_tokens"
             )
         return self._tokenizer.decode(self.check_ids(ids), skip_special_tokens=skip_special_tokens)
 
@@ -385,7 +397,7 @@ class Encoder:
         first; ``errors="return"`` puts each in its prompt's place and still encodes the others
         (what a batch job that reports bad lines wants)."""
         if errors not in ("raise", "return"):
-            raise PromptError(f"must be 'raise' or 'return', got {errors!r}", field="errors")
+            raise PromptError(f"must be 'raise' or 'return', got {shown(errors)}", field="errors")
         if isinstance(prompts, Prompt | str | bytes | Mapping) or not isinstance(prompts, Iterable):
             raise PromptError(
                 f"expected a list of Prompt values, got {type(prompts).__name__}", field="prompts"
@@ -464,7 +476,7 @@ class Encoder:
         1 for real tokens), ``assistant_mask`` (bool) and ``turn_index`` (int32, -1 padding).
         ``pad_id`` defaults to ``<|endoftext|>``, Qwen's pad token."""
         if side not in ("right", "left"):
-            raise PromptError(f"must be 'right' or 'left', got {side!r}", field="side")
+            raise PromptError(f"must be 'right' or 'left', got {shown(side)}", field="side")
         pad = self.pad_id if pad_id is None else self.check_ids([pad_id])[0]
         if isinstance(encodings, Encoding) or not isinstance(encodings, Iterable):
             raise PromptError(

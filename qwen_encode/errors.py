@@ -7,7 +7,9 @@ unreadable), so callers that already catch ``ValueError`` around transformers ke
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
+from typing import Any
 
 
 def printable(text: str) -> str:
@@ -17,6 +19,31 @@ def printable(text: str) -> str:
     encoding: an error message quoting one crashed whoever printed or logged it. Everything else
     is left as it is."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Shown(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int past 4,300 digits raises ValueError (Python's digit limit).
+        if x.bit_length() > 256:
+            return f"<{x.bit_length()}-bit integer>"
+        return repr(x)
+
+
+_SHOWN = _Shown()
+_SHOWN.maxlevel = 3  # nested deeper is "...": repr() of a deep value raises RecursionError
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = 6
+
+
+def shown(value: Any) -> str:
+    """A short, printable description of a caller's value for an error message. ``repr`` itself
+    cannot be trusted with hostile input: it raises for huge integers and deep nesting, and
+    keeps lone surrogates."""
+    try:
+        text = _SHOWN.repr(value)
+    except Exception:  # a caller object whose own __repr__ fails
+        text = f"<{type(value).__name__}>"
+    return printable(text)
 
 
 class QwenEncodeError(Exception):

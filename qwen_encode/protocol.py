@@ -33,7 +33,7 @@ from .conversation import (
     load_json,
     turns_from_messages,
 )
-from .errors import PromptError
+from .errors import PromptError, shown
 
 __all__ = [
     "Prompt",
@@ -208,7 +208,7 @@ class ReasoningEffort(str, Enum):
                     return effort
         # Template: raise_exception('Unexpected reasoning effort ' ~ reasoning_effort ~ '. …')
         raise PromptError(
-            f"Unexpected reasoning effort {value}. "
+            f"Unexpected reasoning effort {value if isinstance(value, str) else shown(value)}. "
             "Supported types are xhigh (default), medium, and low.",
             field="reasoning_effort",
         )
@@ -236,7 +236,9 @@ def reasoning_instruction(effort: ReasoningEffort | str) -> str:
 def reasoning_effort_from_scale(level: int) -> ReasoningEffort:
     """Map a host's 1..5 effort scale: 1 -> LOW, 2..4 -> MEDIUM, 5 -> XHIGH."""
     if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 5:
-        raise ValueError(f"reasoning effort level must be an integer from 1 to 5, got {level!r}")
+        raise PromptError(
+            f"level must be an integer from 1 to 5, got {shown(level)}", field="reasoning_effort"
+        )
     if level == 1:
         return ReasoningEffort.LOW
     return ReasoningEffort.XHIGH if level == 5 else ReasoningEffort.MEDIUM
@@ -304,7 +306,9 @@ def serialize_tool_signatures(tools: Sequence[Mapping[str, Any] | str] | str) ->
 def tools_section(signatures: str) -> str:
     """The whole tools block of the system turn, verbatim (without the system turn's markers)."""
     if not signatures:
-        raise ValueError("the template renders a tools block only for a non-empty tools list")
+        raise PromptError(
+            "the template renders a tools block only for a non-empty tools list", field="tools"
+        )
     return f"{_TOOLS_HEAD}\n{signatures}{_TOOLS_TAIL}"
 
 
@@ -686,7 +690,7 @@ def plan_prompt(
         # The template tests `is true` / `is false`: anything but a real bool would be read as
         # neither, and silently select a third behaviour.
         if not isinstance(flag, bool):
-            raise PromptError(f"must be a bool, got {flag!r}", field=name)
+            raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
     if not turns:
         raise PromptError("No messages provided.")
     effort = ReasoningEffort.parse(
