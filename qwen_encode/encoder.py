@@ -58,6 +58,16 @@ _AUTO_FASTOKENS_CHARS = 8_000_000
 # a growing chat): their IDs are kept, up to this many bytes of text plus IDs.
 _RUN_CACHE_BYTES = 64 << 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What ChatSession takes besides tools (continue_final_message is not one: see the README).
+_CHAT_OPTIONS = frozenset(
+    {
+        "enable_thinking",
+        "reasoning_effort",
+        "preserve_thinking",
+        "add_generation_prompt",
+        "add_vision_id",
+    }
+)
 
 # Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
@@ -241,6 +251,10 @@ class Encoder:
         otherwise the encoder warns and stays on tokenizers.
 
         ``cache_bytes`` bounds the cache of encoded text runs (text plus IDs; 0 disables it)."""
+        if local_files_only is not None and not isinstance(local_files_only, bool):
+            raise PromptError(
+                f"must be a bool or None, got {shown(local_files_only)}", field="local_files_only"
+            )
         files = resolve_checkpoint(
             source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
         )
@@ -367,6 +381,12 @@ class Encoder:
     ) -> ChatSession:
         """A conversation to grow one message at a time, re-encoding only what changed;
         ``options`` are ``ChatSession``'s (the template options of ``format_prompt``)."""
+        unknown = sorted(set(options) - _CHAT_OPTIONS)
+        if unknown:
+            raise PromptError(
+                f"unknown option {shown(unknown[0])}; chat sessions take {sorted(_CHAT_OPTIONS)}",
+                field=str(unknown[0]),
+            )
         return ChatSession(self, tools, **options)
 
     def clear_cache(self) -> None:

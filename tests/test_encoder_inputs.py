@@ -145,3 +145,15 @@ def test_two_threads_missing_the_same_text_count_it_once(tiny: qe.Encoder) -> No
         encoder.encode(_prompt(f"filler {i} " * 20))
     assert encoder.cache_info()["bytes"] == _cache_sum(encoder) <= 1 << 20
     assert encoder.cache_info()["entries"] > 10
+
+
+def test_chat_refuses_unknown_options(tiny: qe.Encoder) -> None:
+    with pytest.raises(qe.PromptError, match="unknown option") as raised:
+        tiny.chat(continue_final_message=True)
+    assert raised.value.field == "continue_final_message"
+
+
+def test_local_files_only_must_be_a_bool() -> None:
+    with pytest.raises(qe.PromptError) as raised:
+        qe.Encoder.from_pretrained(ROOT / "fixtures" / "qwen3.8-tiny", local_files_only="yes")
+    assert raised.value.field == "local_files_only"
