@@ -468,7 +468,11 @@ _NEXT_FUNCTION_RE: Final = re.compile(
     r"(?:</parameter[A-Za-z0-9_-]{0,16}>|<function=[^<>\n]*>)\s*</function>"
     r"(?P<gap>\s*(?:" + re.escape(mk.TOOL_CALL_OPEN) + r"\s*)?)(?=<function=)"
 )
-_STRONG_END_RE: Final = re.compile(r"(?:</parameter[A-Za-z0-9_-]{0,16}>|<function=[^<>\n]*>)\s*$")
+# Before "</function>" (after whitespace), what makes a "</tool_call>" a confirmed end: the last
+# value's "</parameter>". A call without parameters is confirmed only as a whole (_EMPTY_CALL_RE
+# right after its own "<tool_call>"): "<function=demo></function>" quoted in a value is not.
+_STRONG_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*$")
+_EMPTY_CALL_RE: Final = re.compile(r"\s*<function=[^<>\n]*>\s*</function>\s*")
 
 
 def _skip_ws_back(text: str, end: int, start: int) -> int:
@@ -521,12 +525,12 @@ def _short(text: str) -> str:
 
 
 def _junctions(
-    flat: str, start: int, end: int, first: str, tool: _Tool, base: int
+    flat: str, start: int, end: int, first: str, tool: _Tool, base: int, repair: bool
 ) -> list[tuple[int, int, str]]:
     """The structural ``</parameter>`` + ``<parameter=Q>`` junctions between ``start`` and
-    ``end``, as (start, end of the tag, Q)."""
+    ``end``, as (start, end of the tag, Q); ``repair``: the block has no ``</parameter>``."""
     pattern = _JUNCTION_RE
-    if flat.find("</parameter", start, end) < 0:
+    if repair:
         # No </parameter> at all: the model dropped them, a line-start <parameter= is the repair.
         pattern = _LINE_JUNCTION_RE
     by_name: dict[str, list[tuple[int, int, str]]] = {}
@@ -600,7 +604,8 @@ def _parse_block(flat: str, pos: int, end: int, schemas: _Schemas, base: int) ->
     if match is not None:
         value_end = match.start()
     names, starts, ends = [first], [pos], []
-    for j_start, j_end, q in _junctions(flat, pos, value_end, first, tool, base):
+    repair = match is None and flat.find("</parameter", pos, value_end) < 0
+    for j_start, j_end, q in _junctions(flat, pos, value_end, first, tool, base, repair):
         ends.append(j_start)
         names.append(q)
         starts.append(j_end)
@@ -628,48 +633,93 @@ def _parse_span(flat: str, start: int, end: int, schemas: _Schemas, base: int) -
 _S, _TC, _CLOSER = range(3)
 
 
-def _span_ends(flat: str, events: list[tuple[int, int]]) -> list[int]:
+def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) -> list[int]:
     """Step 1 (see above): the indexes into ``events`` of the ``</tool_call>`` that close calls.
 
-    ``events`` are (position, kind) in order, the first a call start; the reading is found by
-    one backward pass (the best cost of every suffix, in a call or in content) and one forward.
+    ``events`` are (position, kind) in order, the first a call start; ``unknown[i]`` says that
+    call start ``i`` names a tool the tools list does not declare. The reading is found by one
+    backward pass (the best cost of every suffix, in a call or in content) and one forward.
+    The reading that ignores ``unknown`` is found too: when the two differ, the output reads as
+    a call to an undeclared tool or as that call quoted inside a value, and which one the model
+    meant cannot be known (ParseError naming both).
     """
-    count = len(events)
-    big = count + 1
-    in_call = [0] * (count + 1)
-    in_content = [0] * (count + 1)
-    in_call[count] = big * big  # the output ended inside a call: not dispatched
-    end_cost = [0] * count
-    for i in range(count - 1, -1, -1):
-        pos, kind = events[i]
-        if kind == _S:
-            in_content[i] = in_call[i + 1]
-            in_call[i] = in_call[i + 1]
-        elif kind == _TC:
-            in_content[i] = in_content[i + 1] + big
+    strong = [False] * len(events)
+    for i, (pos, kind) in enumerate(events):
+        if kind == _TC:
             before = _skip_ws_back(flat, pos, 0)
-            strong = flat.endswith(_FUNCTION_END, 0, before) and bool(
+            strong[i] = flat.endswith(_FUNCTION_END, 0, before) and bool(
                 _STRONG_END_RE.search(
                     flat,
-                    max(0, before - len(_FUNCTION_END) - 80),
+                    max(0, before - len(_FUNCTION_END) - 120),
                     _skip_ws_back(flat, before - len(_FUNCTION_END), 0),
                 )
             )
-            end_cost[i] = in_content[i + 1] + (0 if strong else 1)
+    # A call start followed by nothing but an empty function block and its </tool_call>.
+    empty = [-1] * len(events)
+    for i, (pos, kind) in enumerate(events):
+        if kind == _S and i + 2 < len(events) and events[i + 2][1] == _TC:
+            block = _EMPTY_CALL_RE.match(flat, pos + len(mk.TOOL_CALL_OPEN))
+            if block is not None and block.end() == events[i + 2][0]:
+                empty[i] = i + 2
+    best = _best_ends(events, strong, empty, unknown)
+    if any(unknown):
+        plain = _best_ends(events, strong, empty, [False] * len(unknown))
+        if plain != best:
+            at = next((a for a, b in zip(best, plain, strict=False) if a != b), min(best + plain))
+            raise ParseError(
+                "ambiguous call: read as written, a call to a tool the tools list does not "
+                "declare starts after the </tool_call> at offset {offset}; read otherwise, "
+                "that call is text quoted inside a value of the call before it",
+                offset=events[at][0],
+            )
+    return best
+
+
+def _best_ends(
+    events: list[tuple[int, int]], strong: list[bool], empty: list[int], unknown: list[bool]
+) -> list[int]:
+    count = len(events)
+    big = count + 1
+    orphan = big * big  # costs, most important first: unterminated, orphans, unknown, repairs
+    in_call = [0] * (count + 1)
+    in_content = [0] * (count + 1)
+    in_call[count] = orphan * big  # the output ended inside a call: not dispatched
+    end_cost = [0] * count
+    for i in range(count - 1, -1, -1):
+        kind = events[i][1]
+        if kind == _S:
+            start = in_call[i + 1]
+            if empty[i] >= 0:
+                start = min(start, in_content[empty[i] + 1])
+            in_content[i] = start + (big if unknown[i] else 0)
+            in_call[i] = in_call[i + 1]
+        elif kind == _TC:
+            in_content[i] = in_content[i + 1] + orphan
+            end_cost[i] = in_content[i + 1] + (0 if strong[i] else 1)
             in_call[i] = min(end_cost[i], in_call[i + 1])
         else:
-            in_content[i] = in_content[i + 1] + big
+            in_content[i] = in_content[i + 1] + orphan
             in_call[i] = in_call[i + 1]
     ends: list[int] = []
     inside = True
-    for i in range(1, count):
+    i = 0
+    if empty[0] >= 0 and in_content[empty[0] + 1] <= in_call[1]:
+        ends.append(empty[0])
+        inside, i = False, empty[0]
+    i += 1
+    while i < count:
         kind = events[i][1]
         if inside:
             if kind == _TC and end_cost[i] <= in_call[i + 1]:
                 ends.append(i)
                 inside = False
         elif kind == _S:
-            inside = True
+            if empty[i] >= 0 and in_content[empty[i] + 1] <= in_call[i + 1]:
+                ends.append(empty[i])
+                i = empty[i]
+            else:
+                inside = True
+        i += 1
     return ends
 
 
@@ -697,7 +747,19 @@ def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any
             drop.append((pos, pos + len(text)))
     events += [(m.start(), _CLOSER) for m in _CLOSER_RE.finditer(flat)]
     events.sort()
-    ends = _span_ends(flat, events)
+    unknown = [False] * len(events)
+    if schemas:
+        for i, (pos, kind) in enumerate(events):
+            after = _skip_ws(flat, pos + len(mk.TOOL_CALL_OPEN), len(flat))
+            if kind == _S and flat.startswith(_FUNCTION, after):
+                name = _TAG_NAME.match(flat, after + len(_FUNCTION))
+                unknown[i] = name is not None and name.group(1).strip() not in schemas
+    try:
+        ends = _span_ends(flat, events, unknown)
+    except ParseError as error:
+        raise ParseError(
+            error.reason.replace("{offset}", str(base + error.offset)), offset=base + error.offset
+        ) from None
     drops = iter(drop)
     pending_drop = next(drops, None)
 

@@ -617,10 +617,20 @@ class TestRepairs:
         # vLLM PR 23099 ("robust tool call handling, such as missing </parameter> tags"); the
         # qwen3_coder regex ends a value at (?=<parameter=) too.
         text = (
-            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n</parameter>\n"
+            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n"
             "</function>\n</tool_call>"
         )
         assert answer(text).tool_calls == (ToolCall("f", {"a": "x", "b": "y"}),)
+
+    def test_no_line_start_repair_where_a_confirmed_end_exists(self) -> None:
+        # Issue 10: the repair applies only when the block has no </parameter> at all. Here the
+        # final </parameter></function> confirms the end of a value that holds a line-start
+        # <parameter=b> (format_tool_call("f", {"a": "x\n<parameter=b>\ny"}) writes this text).
+        text = (
+            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n</parameter>\n"
+            "</function>\n</tool_call>"
+        )
+        assert answer(text).tool_calls == (ToolCall("f", {"a": "x\n<parameter=b>\ny"}),)
 
     def test_missing_parameter_close_before_function_close(self) -> None:
         text = "<tool_call>\n<function=f>\n<parameter=a>\nx\n</function>\n</tool_call>"
@@ -1345,6 +1355,14 @@ class TestRoundTrip:
     @given(case=_turns(markers=False, with_schema=False))
     def test_text_without_schema(self, case: tuple[Turn, list[Any]]) -> None:
         turn, _ = case
+        # Without a schema a string comes back as JSON when it parses as JSON ("false").
+        assume(
+            all(
+                not isinstance(v, str) or typed_parameter_value(v) == v
+                for call in turn.tool_calls
+                for v in call.arguments.values()
+            )
+        )
         assert parse_completion(_body_text(turn), thinking=False).to_turn() == turn
 
     @_ROUND_TRIP
