@@ -465,8 +465,11 @@ _JUNCTION_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*<parameter=
 _LINE_JUNCTION_RE: Final = re.compile(r"\n<parameter=([^<>\n]*)>")
 # One span may hold several function blocks; "</tool_call>" missing between two is repaired.
 _NEXT_FUNCTION_RE: Final = re.compile(
-    r"(?:</parameter[A-Za-z0-9_-]{0,16}>|<function=[^<>\n]*>)\s*</function>"
+    r"</parameter[A-Za-z0-9_-]{0,16}>\s*</function>"
     r"(?P<gap>\s*(?:" + re.escape(mk.TOOL_CALL_OPEN) + r"\s*)?)(?=<function=)"
+)
+_EMPTY_BLOCK_RE: Final = re.compile(
+    r"<function=[^<>\n]*>\s*</function>(?P<gap>\s*(?:" + re.escape(mk.TOOL_CALL_OPEN) + r"\s*)?)"
 )
 # Before "</function>" (after whitespace), what makes a "</tool_call>" a confirmed end: the last
 # value's "</parameter>". A call without parameters is confirmed only as a whole (_EMPTY_CALL_RE
@@ -623,11 +626,23 @@ def _parse_span(flat: str, start: int, end: int, schemas: _Schemas, base: int) -
     if not flat.startswith(_FUNCTION, pos):
         raise ParseError("<tool_call> span holds no <function=NAME> block", offset=base + pos)
     calls: list[ToolCall] = []
-    for match in _NEXT_FUNCTION_RE.finditer(flat, pos, end):
-        calls.append(_parse_block(flat, pos, match.start("gap"), schemas, base))
-        pos = match.end()
-    calls.append(_parse_block(flat, pos, end, schemas, base))
-    return calls
+    while True:
+        # A block without parameters ends at its own </function>; one with parameters at the
+        # first "</parameter></function>" that another <function= follows.
+        empty = _EMPTY_BLOCK_RE.match(flat, pos, end)
+        after = -1 if empty is None else empty.end()
+        if empty is not None and (after == end or flat.startswith(_FUNCTION, after)):
+            calls.append(_parse_block(flat, pos, empty.start("gap"), schemas, base))
+        else:
+            match = _NEXT_FUNCTION_RE.search(flat, pos, end)
+            if match is None:
+                calls.append(_parse_block(flat, pos, end, schemas, base))
+                return calls
+            calls.append(_parse_block(flat, pos, match.start("gap"), schemas, base))
+            after = match.end()
+        if after >= end:
+            return calls
+        pos = after
 
 
 _S, _TC, _CLOSER = range(3)
