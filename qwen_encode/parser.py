@@ -11,42 +11,34 @@ How it is read:
   ``<tool_call>``, ``</tool_call>``) and text between them. For a string completion every
   spelling of a marker is one; for token IDs only the marker's atomic ID is (a marker spelled out
   in ordinary tokens is prose), so the outer level works on ``(is_marker, text)`` pieces, never on
-  one flat string. The inner level parses a closed ``<tool_call>`` span's body, where
-  ``<function=``, ``<parameter=`` and their closers are plain text (they are not atomic tokens).
+  one flat string. The inner level reads the calls, where ``<function=``, ``<parameter=`` and
+  their closers are plain text (they are not atomic tokens).
 * Reasoning ends at the first ``</think>``; with none at all, at a ``<tool_call>`` that is
-  followed by optional whitespace and ``<function=`` (the model skipped closing its thoughts);
-  otherwise the whole output is reasoning (truncated). Tool markup inside a reasoning span that is
-  later closed stays reasoning and is never dispatched.
-* After reasoning, a ``<tool_call>`` followed by optional whitespace and ``<function=`` opens a
-  call span; ``</tool_call>`` closes it and its body must hold one or more ``<function=…>``
-  blocks, else ``ParseError``. A ``<tool_call>`` not followed by ``<function=`` is text (a bare
-  mention), unless a ``</tool_call>`` closes it before the next ``<tool_call>``: then it was a
-  span that holds no call, and that is a ``ParseError`` too. A span still open at the end is not
-  dispatched: its raw text is ``Completion.unterminated``.
+  followed by optional whitespace and ``<function=`` and is not quoted in a Markdown fence or an
+  inline code span (``_Quotes``); otherwise the whole output is reasoning (truncated). Tool
+  markup inside a reasoning span that is later closed stays reasoning and is never dispatched.
+* After reasoning, a ``<tool_call>`` followed by optional whitespace and ``<function=``, outside
+  a fenced block, opens the first call. A ``<tool_call>`` not followed by ``<function=`` is text
+  (a bare mention), unless a ``</tool_call>`` closes it before the next ``<tool_call>``: then it
+  was a span that holds no call, a ``ParseError``. A stray ``</think>`` in content is dropped.
+* Everything from the first call on (the *tail*) is read when the output ends, because a value
+  is data until the rest of the output confirms where it ends (issue 10; the rules are at
+  ``_span_ends`` and ``_parse_span``). A call the output never closed is not dispatched: its raw
+  text is ``Completion.unterminated``.
 * Content is all text outside reasoning and call spans (before, between and after calls),
   concatenated; reasoning and content are then trimmed like the template trims them
   (``str.strip``), and empty becomes None.
-* Inside a closed span: several ``<function=…>`` blocks are several calls; whitespace between
-  tags is insignificant. A value is the text between ``<parameter=NAME>`` and the first
-  ``</parameter>`` followed (after whitespace) by another tag or the end of the span, less exactly
-  one leading and one trailing newline (the template's layout); everything else in it is data.
-  Unambiguous omissions are repaired: ``</parameter>`` before a line-start ``<parameter=`` or
-  ``</function>``, ``</function>`` before ``</tool_call>`` (or the next ``<function=``), and
-  ``</tool_call>`` between a ``</function>`` and the next ``<tool_call>``. Anything else that is
-  not a call (empty span, no ``<function=``, a malformed tag, stray text between tags, the same
-  parameter twice with different values) raises ``ParseError`` at the offending character.
 * Values are typed by the tool's JSON schema where it declares the parameter, else "JSON when it
   parses, else the string" (``typed_parameter_value``); see ``_convert``.
 
 One state machine (``_Machine``) serves both ``parse_completion`` and ``StreamParser``, so both
-give the same result by construction. It never rescans: every piece of input is looked at once,
-plus a bounded look-ahead after ``<tool_call>`` (whitespace and the 10 characters of
-``<function=``), a held-back partial marker (at most 11 characters) and, for token IDs, at most
-a few tokens of an incomplete UTF-8 character. The one unbounded hold is forced by the rules
-themselves: after a ``<function=`` call inside a reasoning span that has not closed, whether that
-call is reasoning or a call depends on whether a ``</think>`` comes later, so the streamer keeps
-that text back until the ``</think>`` arrives or the input ends (each piece is still handled at
-most twice).
+give the same result by construction. Before the first call it never rescans: every piece of
+input is looked at once, plus a bounded look-ahead after ``<tool_call>`` (whitespace and the 10
+characters of ``<function=``), a held-back partial marker (at most 11 characters) and, for token
+IDs, at most six tokens of an incomplete or invalid UTF-8 sequence. Two holds are forced by the
+rules themselves: a ``<function=`` call inside a reasoning span that has not closed is reasoning
+or a call depending on whether a ``</think>`` comes later; and the tail is read once the output
+ends. Both are appended to in O(1) per piece and read once, in linear time.
 """
 
 from __future__ import annotations
@@ -170,9 +162,14 @@ class MarkerEncoder(Protocol):
     """What the parser needs of an encoder to read token IDs.
 
     ``marker_ids`` maps each marker string to its atomic ID; ``decode`` turns ordinary IDs into
-    text. ``decode`` must be concatenative at character boundaries (``decode(a + b) ==
-    decode(a) + decode(b)`` whenever ``a`` ends on a whole character), as byte-level BPE decoders
-    are, and must mark an incomplete trailing UTF-8 sequence with U+FFFD.
+    text. ``decode`` must decode the tokens' concatenated bytes as UTF-8, replacing each maximal
+    invalid subsequence (and an incomplete trailing one) with one U+FFFD, as byte-level BPE
+    decoders do (tokenizers' ``from_utf8_lossy``, Python's ``errors="replace"``): the streaming
+    splitter relies on it to cut runs only where the decoding provably restarts.
+
+    Optionally, ``vocab_size`` (an int) bounds the IDs: an ID outside ``0..vocab_size-1`` is a
+    ``PromptError`` naming its position. The library's ``Encoder`` is bounded by its vocabulary
+    report without it.
     """
 
     @property
