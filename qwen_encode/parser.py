@@ -11,57 +11,50 @@ How it is read:
   ``<tool_call>``, ``</tool_call>``) and text between them. For a string completion every
   spelling of a marker is one; for token IDs only the marker's atomic ID is (a marker spelled out
   in ordinary tokens is prose), so the outer level works on ``(is_marker, text)`` pieces, never on
-  one flat string. The inner level parses a closed ``<tool_call>`` span's body, where
-  ``<function=``, ``<parameter=`` and their closers are plain text (they are not atomic tokens).
+  one flat string. The inner level reads the calls, where ``<function=``, ``<parameter=`` and
+  their closers are plain text (they are not atomic tokens).
 * Reasoning ends at the first ``</think>``; with none at all, at a ``<tool_call>`` that is
-  followed by optional whitespace and ``<function=`` (the model skipped closing its thoughts);
-  otherwise the whole output is reasoning (truncated). Tool markup inside a reasoning span that is
-  later closed stays reasoning and is never dispatched.
-* After reasoning, a ``<tool_call>`` followed by optional whitespace and ``<function=`` opens a
-  call span; ``</tool_call>`` closes it and its body must hold one or more ``<function=…>``
-  blocks, else ``ParseError``. A ``<tool_call>`` not followed by ``<function=`` is text (a bare
-  mention), unless a ``</tool_call>`` closes it before the next ``<tool_call>``: then it was a
-  span that holds no call, and that is a ``ParseError`` too. A span still open at the end is not
-  dispatched: its raw text is ``Completion.unterminated``.
+  followed by optional whitespace and ``<function=`` and is not quoted in a Markdown fence or an
+  inline code span (``_Quotes``); otherwise the whole output is reasoning (truncated). Tool
+  markup inside a reasoning span that is later closed stays reasoning and is never dispatched.
+* After reasoning, a ``<tool_call>`` followed by optional whitespace and ``<function=``, outside
+  a fenced block, opens the first call. A ``<tool_call>`` not followed by ``<function=`` is text
+  (a bare mention), unless a ``</tool_call>`` closes it before the next ``<tool_call>``: then it
+  was a span that holds no call, a ``ParseError``. A stray ``</think>`` in content is dropped.
+* Everything from the first call on (the *tail*) is read when the output ends, because a value
+  is data until the rest of the output confirms where it ends (issue 10; the rules are at
+  ``_span_ends`` and ``_parse_span``). A call the output never closed is not dispatched: its raw
+  text is ``Completion.unterminated``.
 * Content is all text outside reasoning and call spans (before, between and after calls),
   concatenated; reasoning and content are then trimmed like the template trims them
   (``str.strip``), and empty becomes None.
-* Inside a closed span: several ``<function=…>`` blocks are several calls; whitespace between
-  tags is insignificant. A value is the text between ``<parameter=NAME>`` and the first
-  ``</parameter>`` followed (after whitespace) by another tag or the end of the span, less exactly
-  one leading and one trailing newline (the template's layout); everything else in it is data.
-  Unambiguous omissions are repaired: ``</parameter>`` before a line-start ``<parameter=`` or
-  ``</function>``, ``</function>`` before ``</tool_call>`` (or the next ``<function=``), and
-  ``</tool_call>`` between a ``</function>`` and the next ``<tool_call>``. Anything else that is
-  not a call (empty span, no ``<function=``, a malformed tag, stray text between tags, the same
-  parameter twice with different values) raises ``ParseError`` at the offending character.
 * Values are typed by the tool's JSON schema where it declares the parameter, else "JSON when it
   parses, else the string" (``typed_parameter_value``); see ``_convert``.
 
 One state machine (``_Machine``) serves both ``parse_completion`` and ``StreamParser``, so both
-give the same result by construction. It never rescans: every piece of input is looked at once,
-plus a bounded look-ahead after ``<tool_call>`` (whitespace and the 10 characters of
-``<function=``), a held-back partial marker (at most 11 characters) and, for token IDs, at most
-a few tokens of an incomplete UTF-8 character. The one unbounded hold is forced by the rules
-themselves: after a ``<function=`` call inside a reasoning span that has not closed, whether that
-call is reasoning or a call depends on whether a ``</think>`` comes later, so the streamer keeps
-that text back until the ``</think>`` arrives or the input ends (each piece is still handled at
-most twice).
+give the same result by construction. Before the first call it never rescans: every piece of
+input is looked at once, plus a bounded look-ahead after ``<tool_call>`` (whitespace and the 10
+characters of ``<function=``), a held-back partial marker (at most 11 characters) and, for token
+IDs, at most six tokens of an incomplete or invalid UTF-8 sequence. Two holds are forced by the
+rules themselves: a ``<function=`` call inside a reasoning span that has not closed is reasoning
+or a call depending on whether a ``</think>`` comes later; and the tail is read once the output
+ends. Both are appended to in O(1) per piece and read once, in linear time.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Protocol, TypeAlias
 
 from . import markers as mk
 from .conversation import ToolCall, Turn
-from .errors import ParseError
+from .errors import ParseError, PromptError
 
 __all__ = [
     "Completion",
@@ -94,6 +87,13 @@ _WS: Final = re.compile(r"\s*")
 # A tag's name runs to '>' and may not cross a line or another tag.
 _TAG_NAME: Final = re.compile(r"([^<>\n]*)>")
 _JSON_INT: Final = re.compile(r"-?(?:0|[1-9][0-9]*)")
+# With a schema saying integer, "007" is 7 (every peer reads it so; JSON alone would not).
+_LOOSE_INT: Final = re.compile(r"-?[0-9]+")
+#: How deep a tool schema (anyOf/oneOf branches) or a JSON value may nest before the parser stops
+#: following it: a deeper schema branch constrains nothing (the schema-free rule applies), a
+#: deeper JSON value stays the string it is. It bounds the stack, whatever the input.
+MAX_DEPTH: Final = 64
+_JSON_SCAN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 _JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _REPLACEMENT: Final = "\ufffd"
 
@@ -162,9 +162,14 @@ class MarkerEncoder(Protocol):
     """What the parser needs of an encoder to read token IDs.
 
     ``marker_ids`` maps each marker string to its atomic ID; ``decode`` turns ordinary IDs into
-    text. ``decode`` must be concatenative at character boundaries (``decode(a + b) ==
-    decode(a) + decode(b)`` whenever ``a`` ends on a whole character), as byte-level BPE decoders
-    are, and must mark an incomplete trailing UTF-8 sequence with U+FFFD.
+    text. ``decode`` must decode the tokens' concatenated bytes as UTF-8, replacing each maximal
+    invalid subsequence (and an incomplete trailing one) with one U+FFFD, as byte-level BPE
+    decoders do (tokenizers' ``from_utf8_lossy``, Python's ``errors="replace"``): the streaming
+    splitter relies on it to cut runs only where the decoding provably restarts.
+
+    Optionally, ``vocab_size`` (an int) bounds the IDs: an ID outside ``0..vocab_size-1`` is a
+    ``PromptError`` naming its position. The library's ``Encoder`` is bounded by its vocabulary
+    report without it.
     """
 
     @property
@@ -197,8 +202,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _too_deep(text: str) -> bool:
+    """Whether JSON text nests arrays/objects deeper than ``MAX_DEPTH`` (strings skipped)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    for match in _JSON_SCAN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif token in "]}":
+            depth -= 1
+    return False
+
+
 def _strict_json(text: str) -> Any:
-    """``json.loads`` restricted to real JSON; ``_NO_FIT`` when the text is not JSON."""
+    """``json.loads`` restricted to real JSON; ``_NO_FIT`` when the text is not JSON (or nests
+    deeper than ``MAX_DEPTH``, or holds an integer past Python's digit limit)."""
+    if _too_deep(text):
+        return _NO_FIT
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
@@ -211,6 +235,10 @@ def typed_parameter_value(text: str) -> Any:
     Strict JSON: ``NaN``/``Infinity`` and numbers that overflow to infinity stay strings, and
     integers keep every digit.
     """
+    if not isinstance(text, str):
+        raise PromptError(
+            f"expected the value's text (str), got {type(text).__name__}", field="text"
+        )
     value = _strict_json(text)
     return text if value is _NO_FIT else value
 
@@ -251,9 +279,10 @@ def _json_type(value: Any) -> str:
     return "string"
 
 
-def _schema_types(schema: Any) -> _Types:
-    """The JSON types a parameter schema allows; None when it says nothing about type."""
-    if not isinstance(schema, Mapping):
+def _schema_types(schema: Any, depth: int = 0) -> _Types:
+    """The JSON types a parameter schema allows; None when it says nothing about type (or nests
+    deeper than ``MAX_DEPTH``: a self-referencing schema is cut there)."""
+    if not isinstance(schema, Mapping) or depth >= MAX_DEPTH:
         return None
     types: set[str] = set()
     declared = False
@@ -271,7 +300,7 @@ def _schema_types(schema: Any) -> _Types:
         branches = schema.get(key)
         if isinstance(branches, list | tuple):
             for branch in branches:
-                sub = _schema_types(branch)
+                sub = _schema_types(branch, depth + 1)
                 if sub is None:
                     # An unconstrained branch ({} or a $ref): any JSON value may be meant.
                     return None
@@ -295,7 +324,7 @@ def _schema_types(schema: Any) -> _Types:
 
 
 def _as_integer(text: str) -> Any:
-    if _JSON_INT.fullmatch(text):
+    if _LOOSE_INT.fullmatch(text):
         try:
             return int(text)  # exact, however many digits (up to Python's digit limit)
         except ValueError:
@@ -312,7 +341,7 @@ def _as_integer(text: str) -> Any:
 
 
 def _as_number(text: str) -> Any:
-    if _JSON_INT.fullmatch(text):
+    if _LOOSE_INT.fullmatch(text):
         return _as_integer(text)  # big integers stay exact instead of going through float
     if _JSON_NUMBER.fullmatch(text):
         try:
@@ -335,9 +364,10 @@ def _convert(text: str, types: _Types) -> Any:
     if "null" in types and token == "null":
         return None
     if "boolean" in types:
-        if token in ("true", "True"):
+        lowered = token.lower()
+        if lowered == "true":
             return True
-        if token in ("false", "False"):
+        if lowered == "false":
             return False
     if "integer" in types:
         value = _as_integer(token)
@@ -356,162 +386,500 @@ def _convert(text: str, types: _Types) -> Any:
     return text
 
 
-_Schemas: TypeAlias = Mapping[str, Mapping[str, _Types]]
-
-
 def _schema_lookup(tools: Any) -> _Schemas:
-    """Per function name, per parameter name, the allowed types; built once per parser.
+    """Per function name, its parameters' allowed types and order; built once per parser.
 
     ``tools`` is the OpenAI tools list (``{"type": "function", "function": {...}}``), the bare
-    ``{"name", "parameters"}`` form, or the JSON text of either list.
+    ``{"name", "parameters"}`` form, or the JSON text of either list. A malformed list is the
+    caller's error: ``PromptError`` naming ``tools`` or ``tools[i]``.
     """
     if tools is None:
         return {}
     if isinstance(tools, str):
-        tools = json.loads(tools)
-    if isinstance(tools, Mapping) or not isinstance(tools, Iterable):
-        raise TypeError(f"tools must be a list of tool objects, got {type(tools).__name__}")
-    lookup: dict[str, dict[str, _Types]] = {}
+        tools = _tools_json(tools, "tools")
+    if isinstance(tools, Mapping | str | bytes | bytearray) or not isinstance(tools, Iterable):
+        raise PromptError(
+            f"expected a list of tool objects, got {type(tools).__name__}", field="tools"
+        )
+    lookup: dict[str, _Tool] = {}
     for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
         if isinstance(tool, str):
-            tool = json.loads(tool)
+            tool = _tools_json(tool, where)
         if not isinstance(tool, Mapping):
-            raise TypeError(f"tools[{i}] must be an object, got {type(tool).__name__}")
+            raise PromptError(f"expected a tool object, got {type(tool).__name__}", field=where)
         function = tool.get("function", tool)
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise ValueError(f"tools[{i}] has no function name")
+            raise PromptError("the tool has no function name (a string)", field=where)
         parameters = function.get("parameters")
         properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
         if not isinstance(properties, Mapping):
             properties = {}
+        names = [str(p) for p in properties]
         # First definition wins, as the model reads the tools list top-down.
         lookup.setdefault(
-            function["name"], {str(p): _schema_types(s) for p, s in properties.items()}
+            function["name"],
+            _Tool(
+                types={str(p): _schema_types(s) for p, s in properties.items()},
+                order={name: index for index, name in enumerate(names)},
+                declared=bool(names),
+            ),
         )
     return lookup
 
 
+def _tools_json(text: str, where: str) -> Any:
+    if _too_deep(text):
+        raise PromptError(f"the JSON nests deeper than {MAX_DEPTH} levels", field=where)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PromptError(f"not valid JSON ({error})", field=where) from None
+
+
 # --------------------------------------------------------------------------------------------
-# Inner level: the body of one closed <tool_call> span
+# Inner level: the calls after the first <tool_call> + <function=, read once the output ended
+#
+# A value is spliced raw by the template, so every closer may be data. The reading is chosen in
+# two steps, each linear in the tail's length:
+#
+# 1. Span ends (``_span_ends``): which ``</tool_call>`` closes each call. A reading puts every
+#    closer (``</parameter>``, ``</function>``, ``</tool_call>``) either inside a call or in the
+#    content after it, where it is an orphan. Readings are ranked: a trailing call left open
+#    loses to one that closes; then fewer orphans win; then fewer ends that need a repair (a
+#    ``</tool_call>`` not preceded by ``</parameter>``/``<function=…>`` + ``</function>``); then
+#    the earlier end (more calls: structure wins over data).
+# 2. Parameters (``_parse_span``): inside one closed span, ``</parameter>`` + ``<parameter=Q>``
+#    is a junction when the tool can take Q (declared when the tool has a schema, not the first
+#    parameter, a name the format can carry). Each name is given once: a name with one junction
+#    takes it; a name with several takes the one that keeps the schema's parameter order, and
+#    when that does not single one out, both readings render to the same text: ParseError.
+
+_PARAMETER_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>")  # drift: </parameter1>
+_LAST_PARAMETER_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>$")
+_CLOSER_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>|</function>")
+_JUNCTION_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*<parameter=([^<>\n]*)>")
+_LINE_JUNCTION_RE: Final = re.compile(r"\n<parameter=([^<>\n]*)>")
+# One span may hold several function blocks; "</tool_call>" missing between two is repaired.
+_NEXT_FUNCTION_RE: Final = re.compile(
+    r"</parameter[A-Za-z0-9_-]{0,16}>\s*</function>"
+    r"(?P<gap>\s*(?:" + re.escape(mk.TOOL_CALL_OPEN) + r"\s*)?)(?=<function=)"
+)
+_EMPTY_BLOCK_RE: Final = re.compile(
+    r"<function=[^<>\n]*>\s*</function>(?P<gap>\s*(?:" + re.escape(mk.TOOL_CALL_OPEN) + r"\s*)?)"
+)
+# Before "</function>" (after whitespace), what makes a "</tool_call>" a confirmed end: the last
+# value's "</parameter>". A call without parameters is confirmed only as a whole (_EMPTY_CALL_RE
+# right after its own "<tool_call>"): "<function=demo></function>" quoted in a value is not.
+_STRONG_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*$")
+_EMPTY_CALL_RE: Final = re.compile(r"\s*<function=[^<>\n]*>\s*</function>\s*")
 
 
-class _Ahead:
-    """Next occurrence of a fixed string at or after a position that only moves forward, so a
-    span with many parameters is still scanned once (no quadratic re-finds)."""
+def _skip_ws_back(text: str, end: int, start: int) -> int:
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
 
-    __slots__ = ("at", "needle", "text")
 
-    def __init__(self, text: str, needle: str) -> None:
-        self.text, self.needle, self.at = text, needle, -1
+def _skip_ws(text: str, pos: int, end: int) -> int:
+    while pos < end and text[pos].isspace():
+        pos += 1
+    return pos
 
-    def find(self, pos: int) -> int:
-        if self.at < pos:
-            found = self.text.find(self.needle, pos)
-            self.at = len(self.text) if found < 0 else found
-        return self.at
+
+@dataclass(frozen=True, slots=True)
+class _Tool:
+    types: Mapping[str, _Types]
+    order: Mapping[str, int]  # the schema's parameter order
+    declared: bool  # the schema lists properties: only those are parameters
+
+
+_NO_TOOL: Final = _Tool({}, {}, False)
+_Schemas: TypeAlias = Mapping[str, _Tool]
 
 
 def _tag(body: str, pos: int, prefix: str, base: int) -> tuple[str, int]:
     """Parse ``<function=NAME>`` / ``<parameter=NAME>`` at ``pos``; the name and the end."""
     match = _TAG_NAME.match(body, pos + len(prefix))
     name = match.group(1).strip() if match else ""
-    if not name:
-        kind = prefix[1:-1]
+    kind = prefix[1:-1]
+    if match is None or not name:
         raise ParseError(f"malformed {prefix}…> tag: expected <{kind}=NAME>", offset=base + pos)
-    assert match is not None
+    problem = mk.call_name_problem(name)
+    if problem is not None:
+        raise ParseError(f"{kind} name {name!r} {problem}", offset=base + pos)
     return name, match.end()
 
 
-def _value(body: str, pos: int, line_param: _Ahead, line_function_end: _Ahead) -> tuple[str, int]:
-    """A parameter's raw value starting at ``pos``: its text, and where parsing continues.
-
-    The value ends at the first ``</parameter>`` that is followed (after whitespace) by another
-    tag or the end of the span; an earlier ``</parameter>`` is data. Repairs: a line-start
-    ``<parameter=`` or ``</function>`` ends it (missing ``</parameter>``), and so does the end of
-    the span. Exactly one leading and one trailing newline (the template's layout) are removed.
-    """
-    end = len(body)
-    limit = min(line_param.find(pos) + 1, line_function_end.find(pos) + 1, end)
-    resume = limit
-    search = pos
-    while True:
-        close = body.find(_PARAMETER_END, search, limit)
-        if close < 0:
-            break
-        after = _WS.match(body, close + len(_PARAMETER_END)).end()
-        if after == end or body.startswith(_AFTER_PARAMETER, after):
-            limit, resume = close, close + len(_PARAMETER_END)
-            break
-        search = close + 1
-    value = body[pos:limit]
+def _layout(value: str) -> str:
+    """Less exactly one leading and one trailing newline: the template's layout."""
     if value.startswith("\n"):
         value = value[1:]
     if value.endswith("\n"):
         value = value[:-1]
-    return value, resume
+    return value
 
 
-def _parse_span(body: str, base: int, schemas: _Schemas) -> list[ToolCall]:
-    """The calls in a closed span's body; ``base`` is the body's offset in the completion."""
-    end = len(body)
-    pos = _WS.match(body).end()
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _junctions(
+    flat: str, start: int, end: int, first: str, tool: _Tool, base: int, repair: bool
+) -> list[tuple[int, int, str]]:
+    """The structural ``</parameter>`` + ``<parameter=Q>`` junctions between ``start`` and
+    ``end``, as (start, end of the tag, Q); ``repair``: the block has no ``</parameter>``."""
+    pattern = _JUNCTION_RE
+    if repair:
+        # No </parameter> at all: the model dropped them, a line-start <parameter= is the repair.
+        pattern = _LINE_JUNCTION_RE
+    by_name: dict[str, list[tuple[int, int, str]]] = {}
+    for match in pattern.finditer(flat, start, end):
+        name = match.group(1).strip()
+        if name == first or mk.call_name_problem(name) is not None:
+            continue
+        if tool.declared and name not in tool.types:
+            continue
+        by_name.setdefault(name, []).append((match.start(), match.end(), name))
+    chosen = [places[0] for places in by_name.values() if len(places) == 1]
+    for name, places in by_name.items():
+        if len(places) == 1:
+            continue
+        fits = places
+        if name in tool.order:
+            rank = tool.order[name]
+            before = [p for p, _, n in chosen if tool.order.get(n, rank) < rank]
+            after = [p for p, _, n in chosen if tool.order.get(n, rank) > rank]
+            low, high = max(before, default=-1), min(after, default=end)
+            if tool.order.get(first, -1) < rank:
+                fits = [place for place in places if low < place[0] < high]
+        if len(fits) != 1:
+            a, b = (fits or places)[:2]
+            raise ParseError(
+                f"ambiguous call: parameter {name!r} may start at offset {base + a[0]} or at "
+                f"offset {base + b[0]}; the template writes both readings as this same text "
+                f"(one has {name!r} = {_short(_layout(flat[a[1] : b[0]]))}, the other keeps "
+                "that text inside the parameter before it)",
+                offset=base + a[0],
+            )
+        chosen.append(fits[0])
+    chosen.sort()
+    return chosen
+
+
+def _parse_block(flat: str, pos: int, end: int, schemas: _Schemas, base: int) -> ToolCall:
+    """One ``<function=NAME>…</function>`` block: ``flat[pos:end]``."""
+    name, pos = _tag(flat, pos, _FUNCTION, base)
+    tool = schemas.get(name, _NO_TOOL)
+    last = _skip_ws_back(flat, end, pos)
+    close = last - len(_FUNCTION_END)
+    if close >= pos and flat.startswith(_FUNCTION_END, close):
+        last = close
+    else:
+        close = -1  # repair: </function> missing
+    pos = _skip_ws(flat, pos, last)
+    arguments: dict[str, Any] = {}
+    if pos == last:
+        if close >= 0:
+            after = _skip_ws(flat, close + len(_FUNCTION_END), end)
+            if after < end:
+                raise ParseError(
+                    "unexpected text after </function> inside <tool_call>", offset=base + after
+                )
+        return ToolCall(name=name, arguments=arguments)
+    if not flat.startswith(_PARAMETER, pos):
+        if flat.startswith(_FUNCTION_END, pos):
+            after = _skip_ws(flat, pos + len(_FUNCTION_END), end)
+            raise ParseError(
+                "unexpected text after </function> inside <tool_call>", offset=base + after
+            )
+        raise ParseError(
+            "unexpected text in a <function=…> block: expected <parameter=NAME> or </function>",
+            offset=base + pos,
+        )
+    first, pos = _tag(flat, pos, _PARAMETER, base)
+    value_end = last
+    tail_end = _skip_ws_back(flat, last, pos)
+    match = _LAST_PARAMETER_END_RE.search(flat, max(pos, tail_end - 40), tail_end)
+    if match is not None:
+        value_end = match.start()
+    names, starts, ends = [first], [pos], []
+    repair = match is None and flat.find("</parameter", pos, value_end) < 0
+    for j_start, j_end, q in _junctions(flat, pos, value_end, first, tool, base, repair):
+        ends.append(j_start)
+        names.append(q)
+        starts.append(j_end)
+    ends.append(value_end)
+    for parameter, a, b in zip(names, starts, ends, strict=True):
+        arguments[parameter] = _convert(_layout(flat[a:b]), tool.types.get(parameter))
+    return ToolCall(name=name, arguments=arguments)
+
+
+def _parse_span(flat: str, start: int, end: int, schemas: _Schemas, base: int) -> list[ToolCall]:
+    """The calls in a closed span's body ``flat[start:end]``; ``base`` maps to output offsets."""
+    pos = _skip_ws(flat, start, end)
     if pos == end:
         raise ParseError("empty <tool_call> span: expected <function=NAME>", offset=base + pos)
-    if not body.startswith(_FUNCTION, pos):
+    if not flat.startswith(_FUNCTION, pos):
         raise ParseError("<tool_call> span holds no <function=NAME> block", offset=base + pos)
-    line_param = _Ahead(body, "\n" + _PARAMETER)
-    line_function_end = _Ahead(body, "\n" + _FUNCTION_END)
     calls: list[ToolCall] = []
-    while pos < end:
-        name, pos = _tag(body, pos, _FUNCTION, base)
-        declared = schemas.get(name, {})
-        arguments: dict[str, Any] = {}
-        raw: dict[str, str] = {}
-        while True:
-            pos = _WS.match(body, pos).end()
-            if pos == end or body.startswith(_FUNCTION, pos):
-                break  # repair: </function> missing before </tool_call> or the next <function=
-            if body.startswith(_FUNCTION_END, pos):
-                pos += len(_FUNCTION_END)
-                break
-            if not body.startswith(_PARAMETER, pos):
-                raise ParseError(
-                    "unexpected text in a <function=…> block: expected <parameter=NAME> or "
-                    "</function>",
-                    offset=base + pos,
+    while True:
+        # A block without parameters ends at its own </function>; one with parameters at the
+        # first "</parameter></function>" that another <function= follows.
+        empty = _EMPTY_BLOCK_RE.match(flat, pos, end)
+        after = -1 if empty is None else empty.end()
+        if empty is not None and (after == end or flat.startswith(_FUNCTION, after)):
+            calls.append(_parse_block(flat, pos, empty.start("gap"), schemas, base))
+        else:
+            match = _NEXT_FUNCTION_RE.search(flat, pos, end)
+            if match is None:
+                calls.append(_parse_block(flat, pos, end, schemas, base))
+                return calls
+            calls.append(_parse_block(flat, pos, match.start("gap"), schemas, base))
+            after = match.end()
+        if after >= end:
+            return calls
+        pos = after
+
+
+_S, _TC, _CLOSER = range(3)
+
+
+def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) -> list[int]:
+    """Step 1 (see above): the indexes into ``events`` of the ``</tool_call>`` that close calls.
+
+    ``events`` are (position, kind) in order, the first a call start; ``unknown[i]`` says that
+    call start ``i`` names a tool the tools list does not declare. The reading is found by one
+    backward pass (the best cost of every suffix, in a call or in content) and one forward.
+    The reading that ignores ``unknown`` is found too: when the two differ, the output reads as
+    a call to an undeclared tool or as that call quoted inside a value, and which one the model
+    meant cannot be known (ParseError naming both).
+    """
+    strong = [False] * len(events)
+    for i, (pos, kind) in enumerate(events):
+        if kind == _TC:
+            before = _skip_ws_back(flat, pos, 0)
+            strong[i] = flat.endswith(_FUNCTION_END, 0, before) and bool(
+                _STRONG_END_RE.search(
+                    flat,
+                    max(0, before - len(_FUNCTION_END) - 120),
+                    _skip_ws_back(flat, before - len(_FUNCTION_END), 0),
                 )
-            tag_at = pos
-            parameter, pos = _tag(body, pos, _PARAMETER, base)
-            value, pos = _value(body, pos, line_param, line_function_end)
-            if parameter in raw:
-                if raw[parameter] != value:
-                    raise ParseError(
-                        f"parameter {parameter!r} given twice with different values",
-                        offset=base + tag_at,
-                    )
-                continue
-            raw[parameter] = value
-            arguments[parameter] = _convert(value, declared.get(parameter))
-        calls.append(ToolCall(name=name, arguments=arguments))
-        pos = _WS.match(body, pos).end()
-        if pos < end and not body.startswith(_FUNCTION, pos):
-            raise ParseError(
-                "unexpected text after </function> inside <tool_call>", offset=base + pos
             )
-    return calls
+    # A call start followed by nothing but an empty function block and its </tool_call>.
+    empty = [-1] * len(events)
+    for i, (pos, kind) in enumerate(events):
+        if kind == _S and i + 2 < len(events) and events[i + 2][1] == _TC:
+            block = _EMPTY_CALL_RE.match(flat, pos + len(mk.TOOL_CALL_OPEN))
+            if block is not None and block.end() == events[i + 2][0]:
+                empty[i] = i + 2
+    best = _best_ends(events, strong, empty, unknown)
+    if any(unknown):
+        plain = _best_ends(events, strong, empty, [False] * len(unknown))
+        if plain != best:
+            at = next((a for a, b in zip(best, plain, strict=False) if a != b), min(best + plain))
+            raise ParseError(
+                "ambiguous call: read as written, a call to a tool the tools list does not "
+                "declare starts after the </tool_call> at offset {offset}; read otherwise, "
+                "that call is text quoted inside a value of the call before it",
+                offset=events[at][0],
+            )
+    return best
+
+
+def _best_ends(
+    events: list[tuple[int, int]], strong: list[bool], empty: list[int], unknown: list[bool]
+) -> list[int]:
+    count = len(events)
+    big = count + 1
+    orphan = big * big  # costs, most important first: unterminated, orphans, unknown, repairs
+    in_call = [0] * (count + 1)
+    in_content = [0] * (count + 1)
+    in_call[count] = orphan * big  # the output ended inside a call: not dispatched
+    end_cost = [0] * count
+    for i in range(count - 1, -1, -1):
+        kind = events[i][1]
+        if kind == _S:
+            start = in_call[i + 1]
+            if empty[i] >= 0:
+                start = min(start, in_content[empty[i] + 1])
+            in_content[i] = start + (big if unknown[i] else 0)
+            in_call[i] = in_call[i + 1]
+        elif kind == _TC:
+            in_content[i] = in_content[i + 1] + orphan
+            end_cost[i] = in_content[i + 1] + (0 if strong[i] else 1)
+            in_call[i] = min(end_cost[i], in_call[i + 1])
+        else:
+            in_content[i] = in_content[i + 1] + orphan
+            in_call[i] = in_call[i + 1]
+    ends: list[int] = []
+    inside = True
+    i = 0
+    if empty[0] >= 0 and in_content[empty[0] + 1] <= in_call[1]:
+        ends.append(empty[0])
+        inside, i = False, empty[0]
+    i += 1
+    while i < count:
+        kind = events[i][1]
+        if inside:
+            if kind == _TC and end_cost[i] <= in_call[i + 1]:
+                ends.append(i)
+                inside = False
+        elif kind == _S:
+            if empty[i] >= 0 and in_content[empty[i] + 1] <= in_call[i + 1]:
+                ends.append(empty[i])
+                i = empty[i]
+            else:
+                inside = True
+        i += 1
+    return ends
+
+
+def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any]]:
+    """The tail from the first call's ``<tool_call>`` on: ("content", text), ("calls",
+    [ToolCall…]) and last ("unterminated", raw text or None), in order; a span is parsed only
+    when its part is taken (``parse_tool_call`` stops at the first call)."""
+    flat = "".join(text for _, text, _ in items)
+    base = items[0][2]
+    events: list[tuple[int, int]] = []
+    drop: list[tuple[int, int]] = []  # stray </think> markers: never content
+    for index, (is_marker, text, start) in enumerate(items):
+        if not is_marker:
+            continue
+        pos = start - base
+        if index == 0:
+            events.append((pos, _S))  # the call that opened the tail (perhaps cut short)
+        elif text == mk.TOOL_CALL_OPEN:
+            after = _skip_ws(flat, pos + len(text), len(flat))
+            if flat.startswith(_FUNCTION, after) or _FUNCTION.startswith(flat[after:]):
+                events.append((pos, _S))  # a call, or one cut off while it opened
+        elif text == mk.TOOL_CALL_CLOSE:
+            events.append((pos, _TC))
+        elif text == mk.THINK_CLOSE:
+            drop.append((pos, pos + len(text)))
+    events += [(m.start(), _CLOSER) for m in _CLOSER_RE.finditer(flat)]
+    events.sort()
+    unknown = [False] * len(events)
+    if schemas:
+        for i, (pos, kind) in enumerate(events):
+            after = _skip_ws(flat, pos + len(mk.TOOL_CALL_OPEN), len(flat))
+            if kind == _S and flat.startswith(_FUNCTION, after):
+                name = _TAG_NAME.match(flat, after + len(_FUNCTION))
+                unknown[i] = name is not None and name.group(1).strip() not in schemas
+    try:
+        ends = _span_ends(flat, events, unknown)
+    except ParseError as error:
+        raise ParseError(
+            error.reason.replace("{offset}", str(base + error.offset)), offset=base + error.offset
+        ) from None
+    drops = iter(drop)
+    pending_drop = next(drops, None)
+
+    def content(a: int, b: int) -> str:
+        nonlocal pending_drop
+        pieces = []
+        while pending_drop is not None and pending_drop[0] < b:
+            if pending_drop[0] >= a:
+                pieces.append(flat[a : pending_drop[0]])
+                a = pending_drop[1]
+            pending_drop = next(drops, None)
+        pieces.append(flat[a:b])
+        return "".join(pieces)
+
+    start_index = 0
+    for end_index in ends:
+        open_at = events[start_index][0]
+        close_at = events[end_index][0]
+        body = open_at + len(mk.TOOL_CALL_OPEN)
+        yield ("calls", _parse_span(flat, body, close_at, schemas, base))
+        resume = close_at + len(mk.TOOL_CALL_CLOSE)
+        start_index = next(
+            (i for i in range(end_index + 1, len(events)) if events[i][1] == _S), len(events)
+        )
+        text = content(resume, events[start_index][0] if start_index < len(events) else len(flat))
+        if text:
+            yield ("content", text)
+    unterminated = None
+    if start_index < len(events):
+        unterminated = flat[events[start_index][0] :]
+    yield ("unterminated", unterminated)
 
 
 # --------------------------------------------------------------------------------------------
 # Outer level: markers and text, one piece at a time
 
-_START, _REASONING, _HOLD, _CONTENT, _CALL = range(5)
+_START, _REASONING, _HOLD, _CONTENT, _TAIL = range(5)
 _FUNCTION_LEN: Final = len(_FUNCTION)
 
 _Item: TypeAlias = tuple[bool, str, int]  # (is_marker, text, offset)
+_FENCE_LINE: Final = re.compile(r" {0,3}(```|~~~)")
+_FENCE_PREFIX: Final = re.compile(r" {0,3}(?:`{0,2}|~{0,2})")
+_BACKTICKS: Final = re.compile(r"`+")
 
 
 class _FirstCall(Exception):
     """Internal: ``parse_tool_call`` has what it wants."""
+
+
+class _Quotes:
+    """Whether the text so far leaves a Markdown fence (or, with ``spans``, an inline code span)
+    open: markup quoted there is text, never a call (vLLM issue 57541).
+
+    A fence is a line whose first characters, after at most three spaces, are ``````` or
+    ``~~~``; it is closed by the next such line with the same character. An inline code span is
+    a run of backticks closed by the next run of the same length on the same line.
+    """
+
+    __slots__ = ("code", "fence", "head", "spans")
+
+    def __init__(self, spans: bool) -> None:
+        self.spans = spans
+        self.fence: str | None = None
+        self.code = 0  # length of the backtick run of an open code span
+        self.head: str | None = ""  # the current line so far, while it may be a fence line
+
+    @property
+    def quoted(self) -> bool:
+        return self.fence is not None or self.code > 0
+
+    def feed(self, text: str) -> None:
+        lines = text.split("\n")
+        last = len(lines) - 1
+        for index, line in enumerate(lines):
+            if index:
+                self.head, self.code = "", 0
+            scan = line
+            if self.head is not None:
+                candidate = self.head + line
+                fence = _FENCE_LINE.match(candidate)
+                if fence:
+                    mark = fence.group(1)[0]
+                    if self.fence is None:
+                        self.fence = mark
+                    elif self.fence == mark:
+                        self.fence = None
+                    self.head = None
+                    continue
+                if index == last and _FENCE_PREFIX.fullmatch(candidate):
+                    self.head = candidate
+                    continue
+                self.head, scan = None, candidate
+            self._spans(scan)
+
+    def _spans(self, scan: str) -> None:
+        if self.spans and self.fence is None and "`" in scan:
+            for run in _BACKTICKS.finditer(scan):
+                width = len(run.group())
+                if self.code == 0:
+                    self.code = width
+                elif self.code == width:
+                    self.code = 0
+
+    def marker(self) -> None:
+        """A marker token sits on the line: it is no fence line."""
+        if self.head:
+            self._spans(self.head)
+        self.head = None
 
 
 class _Lookahead:
@@ -543,9 +911,10 @@ class _Machine:
         self.held: list[_Item] = []  # reasoning that may turn out to be a call (see module doc)
         self.ahead: _Lookahead | None = None
         self.bare: int | None = None  # a bare <tool_call> that a </tool_call> would make a span
-        self.body: list[str] = []
-        self.body_start = 0
+        self.tail: list[_Item] = []  # everything from the first call on (read at the end)
         self.stop_at_first_call = False
+        self.reasoning_quotes = _Quotes(spans=True)
+        self.content_quotes = _Quotes(spans=False)
 
     def push(self, is_marker: bool, text: str) -> None:
         if text:
@@ -553,11 +922,19 @@ class _Machine:
             self.offset = start + len(text)
             self._handle(is_marker, text, start)
 
-    def _reason(self, text: str) -> None:
+    def _reason(self, text: str, is_marker: bool = False) -> None:
+        if is_marker:
+            self.reasoning_quotes.marker()
+        else:
+            self.reasoning_quotes.feed(text)
         self.reasoning.append(text)
         self.events.append(ReasoningDelta(text))
 
-    def _say(self, text: str) -> None:
+    def _say(self, text: str, is_marker: bool = False) -> None:
+        if is_marker:
+            self.content_quotes.marker()
+        else:
+            self.content_quotes.feed(text)
         self.content.append(text)
         self.events.append(ContentDelta(text))
 
@@ -566,9 +943,11 @@ class _Machine:
             self._look(is_marker, text, start)
             return
         state = self.state
-        if state == _CONTENT:
+        if state == _TAIL:
+            self.tail.append((is_marker, text, start))
+        elif state == _CONTENT:
             if is_marker:
-                if text == mk.TOOL_CALL_OPEN:
+                if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted:
                     self.ahead = _Lookahead(_CONTENT, (True, text, start))
                     self.bare = None
                     return
@@ -576,27 +955,20 @@ class _Machine:
                     raise ParseError(
                         "<tool_call> span holds no <function=NAME> block", offset=self.bare
                     )
-            self._say(text)
+                if text == mk.THINK_CLOSE:
+                    # A stray </think> after reasoning ended: kept in content, the template would
+                    # split the turn there when it goes back into history.
+                    return
+            self._say(text, is_marker)
         elif state == _REASONING:
             if is_marker:
                 if text == mk.THINK_CLOSE:
                     self.state = _CONTENT
                     return
-                if text == mk.TOOL_CALL_OPEN:
+                if text == mk.TOOL_CALL_OPEN and not self.reasoning_quotes.quoted:
                     self.ahead = _Lookahead(_REASONING, (True, text, start))
                     return
-            self._reason(text)
-        elif state == _CALL:
-            if is_marker:
-                if text == mk.TOOL_CALL_CLOSE:
-                    self._close_call()
-                    self.state = _CONTENT
-                    return
-                if text == mk.TOOL_CALL_OPEN:
-                    self.ahead = _Lookahead(_CALL, (True, text, start))
-                    return
-            # Other markers inside a span are data (a </think> in a value is just text).
-            self.body.append(text)
+            self._reason(text, is_marker)
         elif state == _HOLD:
             if is_marker and text == mk.THINK_CLOSE:
                 # A </think> after all: the held call markup was reasoning, never dispatched.
@@ -658,46 +1030,35 @@ class _Machine:
                 self.state = _HOLD
                 self.held = items
                 return
-            if ahead.origin == _CALL:
-                if not self._function_closed():
-                    # Only "</function> <tool_call>" is an unambiguous missing </tool_call>;
-                    # anywhere else (inside a value) the <tool_call> is data of the open span.
-                    is_call = False
-                else:
-                    self._close_call()  # repair: </tool_call> missing before the next one
-        if is_call:
-            self.state = _CALL
-            self.body_start = items[0][2] + len(mk.TOOL_CALL_OPEN)
-            self.body = [t for _, t, _ in items[1:]]
-            self.bare = None
+            # A call: what follows is read at the end, when the whole output confirms where
+            # each value ends (a later </parameter></function></tool_call> may still turn an
+            # earlier one into data).
+            self.state = _TAIL
+            self.tail = items
             return
         # Not a call: the <tool_call> is text where it stands.
         if ahead.origin == _CONTENT:
-            self._say(mk.TOOL_CALL_OPEN)
+            self._say(mk.TOOL_CALL_OPEN, True)
             self.bare = first
-        elif ahead.origin == _REASONING:
-            self._reason(mk.TOOL_CALL_OPEN)
         else:
-            self.body.append(mk.TOOL_CALL_OPEN)
+            self._reason(mk.TOOL_CALL_OPEN, True)
         for item in items[1:]:
             self._handle(*item)
 
-    def _function_closed(self) -> bool:
-        """Whether the open span's body so far ends with ``</function>`` (and whitespace)."""
-        tail = ""
-        for part in reversed(self.body):
-            tail = part + tail
-            if len(tail.rstrip()) >= len(_FUNCTION_END):
-                break
-        return tail.rstrip().endswith(_FUNCTION_END)
-
-    def _close_call(self) -> None:
-        body, self.body = "".join(self.body), []
-        for call in _parse_span(body, self.body_start, self.schemas):
-            self.events.append(ToolCallEvent(len(self.calls), call))
-            self.calls.append(call)
-            if self.stop_at_first_call:
-                raise _FirstCall
+    def _read_tail(self) -> None:
+        tail, self.tail = self.tail, []
+        for kind, value in _read_tail(tail, self.schemas):
+            if kind == "content":
+                self._say(value)
+                continue
+            if kind == "unterminated":
+                self.unterminated = value
+                continue
+            for call in value:
+                self.events.append(ToolCallEvent(len(self.calls), call))
+                self.calls.append(call)
+                if self.stop_at_first_call:
+                    raise _FirstCall
 
     def end(self) -> None:
         """End of input: settle everything held back."""
@@ -717,10 +1078,9 @@ class _Machine:
             break
         if self.state == _START:
             self._leave_start()
-        elif self.state == _CALL:
-            self.unterminated = mk.TOOL_CALL_OPEN + "".join(self.body)
-            self.body = []
+        elif self.state == _TAIL:
             self.state = _CONTENT
+            self._read_tail()
 
     def completion(self) -> Completion:
         return Completion(
@@ -768,11 +1128,17 @@ class _TextSplitter:
 
 
 class _IdSplitter:
-    """Splits token IDs at marker IDs and decodes runs of ordinary IDs, holding back the tokens
-    of a UTF-8 character that is not complete yet."""
+    """Splits token IDs at marker IDs and decodes runs of ordinary IDs, emitting only a prefix
+    whose text is provably the prefix of the whole run's text (issue 9, item 8).
 
-    # A UTF-8 character has at most 4 bytes, so its incomplete tail spans at most 3 tokens.
-    _MAX_PARTIAL = 3
+    A run of ordinary tokens is cut after token ``k`` only when ``decode(run[:k])`` does not
+    end in U+FFFD (it ends on a whole character), or when ``decode(run[:k]) +
+    decode(run[k:]) == decode(run)`` with at least three characters after the cut. In a UTF-8
+    decoder that replaces each maximal invalid subsequence with one U+FFFD, a cut inside a
+    character or inside such a subsequence changes the count of U+FFFD or characters within the
+    next three bytes, and three characters need at least three bytes, so the second test can
+    only pass where the decoder restarts: every later byte decodes as it would unsplit.
+    """
 
     def __init__(self, encoder: MarkerEncoder) -> None:
         self.decode = encoder.decode
@@ -781,13 +1147,39 @@ class _IdSplitter:
             for marker, i in encoder.marker_ids.items()
             if i is not None  # a vocabulary without that marker (token_to_id gave None)
         }
+        self.limit = _id_limit(encoder)
+        self.position = 0
         self.pending: list[int] = []
 
+    def _check(self, token: Any) -> int:
+        position = self.position
+        self.position = position + 1
+        if isinstance(token, bool):
+            raise PromptError(f"token ID {token!r} is a bool", field=f"output[{position}]")
+        try:
+            value = operator.index(token)
+        except TypeError:
+            raise PromptError(
+                f"token ID {token!r} is not an integer ({type(token).__name__})",
+                field=f"output[{position}]",
+            ) from None
+        if value < 0 or (self.limit is not None and value >= self.limit):
+            bound = "" if self.limit is None else f" (the vocabulary has {self.limit:,} IDs)"
+            raise PromptError(
+                f"token ID {value} is not in the vocabulary{bound}", field=f"output[{position}]"
+            )
+        return value
+
     def feed(self, ids: Iterable[int]) -> list[tuple[bool, str]]:
+        if isinstance(ids, str | bytes | bytearray | Mapping) or not isinstance(ids, Iterable):
+            raise PromptError(
+                f"expected a sequence of token IDs, got {type(ids).__name__}", field="output"
+            )
         pieces: list[tuple[bool, str]] = []
         markers = self.markers
         pending = self.pending
         for token in ids:
+            token = self._check(token)
             marker = markers.get(token)
             if marker is None:
                 pending.append(token)
@@ -810,36 +1202,71 @@ class _IdSplitter:
             self.pending.clear()  # in place: feed() holds a reference to the list
 
     def _flush_complete(self, pieces: list[tuple[bool, str]]) -> None:
-        text = self.decode(self.pending)
+        pending = self.pending
+        text = self.decode(pending)
         if not text.endswith(_REPLACEMENT):
             pieces.append((False, text))
-            self.pending.clear()
+            pending.clear()
             return
-        # The last character may still be arriving: emit up to a clean split and keep the rest.
-        # A prefix that decodes without a trailing U+FFFD ends on a whole character, so splitting
-        # there decodes exactly as the whole run would.
-        count = len(self.pending)
-        for keep in range(1, min(self._MAX_PARTIAL, count - 1) + 1):
-            prefix = self.decode(self.pending[:-keep])
+        count = len(pending)
+        # A cut where the prefix ends on a whole character: at most 3 tokens of a character.
+        for keep in range(1, min(3, count - 1) + 1):
+            prefix = self.decode(pending[:-keep])
             if not prefix.endswith(_REPLACEMENT):
                 pieces.append((False, prefix))
-                del self.pending[:-keep]
+                del pending[:-keep]
                 return
-        if count > 2 * (self._MAX_PARTIAL + 1):
-            # Not an incomplete character but invalid bytes: let them through rather than hold
-            # ever more tokens (and re-decode them) forever.
-            pieces.append((False, text))
-            self.pending.clear()
+        # Invalid bytes: a cut the decoder provably restarts at (see the class doc). The tail
+        # kept is at most 6 tokens, so a run of invalid bytes flows through.
+        for keep in range(3, min(6, count - 1) + 1):
+            prefix = self.decode(pending[:-keep])
+            rest = self.decode(pending[-keep:])
+            if len(rest) >= 3 and prefix + rest == text:
+                pieces.append((False, prefix))
+                del pending[:-keep]
+                return
+
+
+def _id_limit(encoder: Any) -> int | None:
+    """How many IDs the encoder's vocabulary has: its ``vocab_size`` when it has one (optional
+    in ``MarkerEncoder``), else the library ``Encoder``'s vocabulary report; None: unknown."""
+    size = getattr(encoder, "vocab_size", None)
+    if size is None:
+        report = getattr(getattr(encoder, "vocabulary", None), "report", None)
+        largest = getattr(report, "max_token_id", None)
+        size = largest + 1 if isinstance(largest, int) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _splitter(output: Any, encoder: MarkerEncoder | None) -> _TextSplitter | _IdSplitter:
     if isinstance(output, str):
         return _TextSplitter()
     if isinstance(output, bytes | bytearray):
-        raise TypeError("pass the completion as str or as a sequence of token IDs, not bytes")
+        raise PromptError(
+            "pass the completion as str or as a sequence of token IDs, not bytes", field="output"
+        )
+    if isinstance(output, Mapping) or not isinstance(output, Iterable):
+        raise PromptError(
+            f"expected the completion as str or a sequence of token IDs, got "
+            f"{type(output).__name__}",
+            field="output",
+        )
     if encoder is None:
-        raise TypeError("token IDs need an encoder (an object with marker_ids and decode)")
+        raise PromptError(
+            "token IDs need an encoder (an object with marker_ids and decode)", field="encoder"
+        )
+    if not hasattr(encoder, "marker_ids") or not callable(getattr(encoder, "decode", None)):
+        raise PromptError(
+            f"expected an encoder with marker_ids and decode, got {type(encoder).__name__}",
+            field="encoder",
+        )
     return _IdSplitter(encoder)
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise PromptError(f"expected True or False, got {value!r}", field=name)
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -889,7 +1316,7 @@ def _run(
     encoder: MarkerEncoder | None,
     stop_at_first_call: bool = False,
 ) -> _Machine:
-    machine = _Machine(_schema_lookup(tools), thinking)
+    machine = _Machine(_schema_lookup(tools), _check_flag("thinking", thinking))
     machine.stop_at_first_call = stop_at_first_call
     splitter = _splitter(output, encoder)
     try:
@@ -920,7 +1347,7 @@ class StreamParser:
     def __init__(
         self, tools: Any = None, thinking: bool = True, encoder: MarkerEncoder | None = None
     ) -> None:
-        self._machine = _Machine(_schema_lookup(tools), thinking)
+        self._machine = _Machine(_schema_lookup(tools), _check_flag("thinking", thinking))
         self._encoder = encoder
         self._splitter: _TextSplitter | _IdSplitter | None = None
         self._error: ParseError | None = None
@@ -932,7 +1359,7 @@ class StreamParser:
         if self._splitter is None:
             self._splitter = _splitter(delta, self._encoder)
         elif isinstance(delta, str) != isinstance(self._splitter, _TextSplitter):
-            raise TypeError("feed either text deltas or token IDs, not both")
+            raise PromptError("feed either text deltas or token IDs, not both", field="delta")
         return self._advance(self._splitter.feed(delta))  # type: ignore[arg-type]
 
     def flush(self) -> list[StreamEvent]:
@@ -956,7 +1383,7 @@ class StreamParser:
         if self._error is not None:
             raise self._error
         if self._ended:
-            raise ValueError("the stream is finished")
+            raise PromptError("the stream is finished: feed after flush()", field="delta")
 
     def _advance(self, pieces: list[tuple[bool, str]], end: bool = False) -> list[StreamEvent]:
         machine = self._machine

@@ -8,6 +8,11 @@ tool calls with multi-line string and JSON values) one token at a time, and prin
   ../shared/checkpoints is present, else 4-character slices);
 * ``ids``: token IDs, decoded by the real tokenizer (needs ../shared/checkpoints).
 
+Three shapes (``--shapes``): ``plain`` (the above), ``markup`` (every written file documents the
+call format: its value holds complete example calls, closers and junctions, all data), and
+``spaces`` (issue 9 item 3: whitespace inside an open call, then a nested ``<tool_call>``; it
+ends in a ParseError, the cost of finding out is what is measured).
+
     .venv/bin/python scripts/stream_cost.py [--sizes 10000 100000 1000000] [--runs 5]
 """
 
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from qwen_encode import markers as mk
+from qwen_encode.errors import ParseError
 from qwen_encode.parser import StreamParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +65,17 @@ CALL = (
 )
 
 
+MARKUP_CALL = (
+    mk.TOOL_CALL_OPEN + "\n<function=write_file>\n<parameter=path>\ndocs/format.md\n</parameter>\n"
+    "<parameter=content>\n# Calls\nInline: <tool_call><function=demo></function></tool_call>.\n"
+    "Example:\n<tool_call>\n<function=demo>\n<parameter=x>\n1\n</parameter>\n"
+    "<parameter=y>\n</parameter>\n</function>\n</tool_call>\nEnd.\n</parameter>\n"
+    "<parameter=retries>\n3\n</parameter>\n</function>\n" + mk.TOOL_CALL_CLOSE + "\n"
+)
+SPACES_HEAD = mk.THINK_CLOSE + mk.TOOL_CALL_OPEN + "\n<function=f>\n"
+SPACES_TAIL = mk.TOOL_CALL_OPEN + "\n<function=g>\n</function>\n" + mk.TOOL_CALL_CLOSE
+
+
 class _Tokens:
     """Token streams for the blocks, from the real tokenizer or by slicing."""
 
@@ -91,11 +108,17 @@ class _Tokens:
         return Encoder()
 
 
-def completion(tokens: _Tokens, size: int, kind: str) -> tuple[list[Any], int]:
-    """A completion of ``size`` tokens: 30% reasoning, then content and calls; and its calls."""
+def completion(tokens: _Tokens, size: int, kind: str, shape: str) -> tuple[list[Any], int | None]:
+    """A completion of ``size`` tokens: 30% reasoning, then content and calls; and its calls
+    (None: the shape ends in a ParseError)."""
     split = tokens.text_tokens if kind == "text" else tokens.id_tokens
+    if shape == "spaces":
+        head, tail = split(SPACES_HEAD), split(SPACES_TAIL)
+        space = split(" ")
+        return head + space * (size - len(head) - len(tail)) + tail, None
+    block = MARKUP_CALL if shape == "markup" else CALL
     reasoning, close, content, call = (
-        split(b) for b in (REASONING, mk.THINK_CLOSE + "\n\n", CONTENT, CALL)
+        split(b) for b in (REASONING, mk.THINK_CLOSE + "\n\n", CONTENT, block)
     )
     out: list[Any] = []
     while len(out) < size * 3 // 10:
@@ -110,7 +133,7 @@ def completion(tokens: _Tokens, size: int, kind: str) -> tuple[list[Any], int]:
     return out[:size], calls
 
 
-def measure(tokens: list[Any], calls: int, encoder: Any, runs: int) -> float:
+def measure(tokens: list[Any], calls: int | None, encoder: Any, runs: int) -> float:
     """Median µs per token of feeding ``tokens`` one at a time, then finishing."""
     timings = []
     for _ in range(runs):
@@ -119,12 +142,15 @@ def measure(tokens: list[Any], calls: int, encoder: Any, runs: int) -> float:
         deltas = [wrap(t) for t in tokens]
         gc.collect()
         start = time.perf_counter()
-        for delta in deltas:
-            parser.feed(delta)
-        final = parser.finish()
+        try:
+            for delta in deltas:
+                parser.feed(delta)
+            got: int | None = len(parser.finish().tool_calls)
+        except ParseError:
+            got = None
         elapsed = time.perf_counter() - start
-        if len(final.tool_calls) != calls:
-            raise SystemExit(f"parsed {len(final.tool_calls)} calls, expected {calls}")
+        if got != calls:
+            raise SystemExit(f"parsed {got} calls, expected {calls}")
         timings.append(elapsed / len(tokens) * 1e6)
     return statistics.median(timings)
 
@@ -140,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="smaller sizes get more runs, up to this many tokens in all (steadier medians)",
     )
     parser.add_argument("--mode", choices=["text", "ids", "both"], default="both")
+    parser.add_argument(
+        "--shapes", nargs="+", choices=["plain", "markup", "spaces"], default=["plain", "markup"]
+    )
     args = parser.parse_args(argv)
 
     tokens = _Tokens()
@@ -149,18 +178,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         kinds = [k for k in kinds if k != "ids"]
     source = "Qwen 3.8 tokenizer" if tokens.tokenizer is not None else "4-character slices"
     print(f"StreamParser cost, one token per feed(), median of >= {args.runs} runs ({source})")
-    for kind in kinds:
-        encoder = tokens.encoder() if kind == "ids" else None
-        base: float | None = None
-        for size in args.sizes:
-            stream, calls = completion(tokens, size, kind)
-            runs = max(args.runs, args.budget // size)
-            us = measure(stream, calls, encoder, runs)
-            base = base or us
-            print(
-                f"  {kind:4}  {size:>9,} tokens  {calls:>6,} calls  {runs:>3} runs  "
-                f"{us:6.2f} µs/token  x{us / base:.2f} vs {args.sizes[0]:,}"
-            )
+    for shape in args.shapes:
+        for kind in kinds:
+            encoder = tokens.encoder() if kind == "ids" else None
+            base: float | None = None
+            for size in args.sizes:
+                stream, calls = completion(tokens, size, kind, shape)
+                runs = max(args.runs, args.budget // size)
+                us = measure(stream, calls, encoder, runs)
+                base = base or us
+                shown = "error" if calls is None else f"{calls:,}"
+                print(
+                    f"  {shape:6} {kind:4}  {size:>9,} tokens  {shown:>6} calls  {runs:>3} runs  "
+                    f"{us:6.2f} µs/token  x{us / base:.2f} vs {args.sizes[0]:,}"
+                )
     return 0
 
 

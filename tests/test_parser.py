@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from qwen_encode import markers as mk
 from qwen_encode.conversation import ToolCall, Turn
-from qwen_encode.errors import ParseError
+from qwen_encode.errors import ParseError, PromptError
 from qwen_encode.parser import (
     Completion,
     ContentDelta,
@@ -203,6 +203,10 @@ class TestSchemaTypes:
             # whole call was dropped; a value that does not fit stays a string.
             ({"type": "integer"}, "2026-01-15", "2026-01-15"),
             ({"type": "integer"}, "+5", "+5"),
+            # issue 10: leading zeros for an integer ("007" is 7); floats stay floats
+            ({"type": "integer"}, "007", 7),
+            ({"type": "integer"}, "-007", -7),
+            ({"type": "number"}, "007", 7),
             ({"type": "integer"}, "1_000", "1_000"),
             # number: vLLM turns "5.0" into the integer 5 (float(v) - int(v) == 0); JSON's 5.0
             # is a float. SGLang/vLLM go through float(), so big integers lose digits.
@@ -220,7 +224,9 @@ class TestSchemaTypes:
             ({"type": "boolean"}, "False", False),
             ({"type": "boolean"}, "yes", "yes"),
             ({"type": "boolean"}, "1", "1"),
-            ({"type": "boolean"}, "TRUE", "TRUE"),
+            # issue 10: any case of true/false (every peer reads "TRUE" so)
+            ({"type": "boolean"}, "TRUE", True),
+            ({"type": "boolean"}, "fAlSe", False),
             # object / array (Qwen3-Coder issue 480: nested values reached the tool as strings)
             ({"type": "object"}, '{"width": 10, \n "height": 20}', {"width": 10, "height": 20}),
             ({"type": "object"}, "[1]", "[1]"),
@@ -325,8 +331,10 @@ class TestReasoning:
     def test_reasoning_ends_at_the_first_think_close(self) -> None:
         c = parse_completion("Let me see.\n</think>\n\nIt is 4.")
         assert (c.reasoning, c.content, c.tool_calls) == ("Let me see.", "It is 4.", ())
+        # Issue 10: a stray second </think> is dropped from content; kept, the template would
+        # split the turn there when it goes back into history.
         c = parse_completion("a</think>b</think>c")
-        assert (c.reasoning, c.content) == ("a", "b</think>c")
+        assert (c.reasoning, c.content) == ("a", "bc")
 
     def test_no_think_close_means_truncated_reasoning(self) -> None:
         c = parse_completion("I was thinking about <b>this</b> and")
@@ -374,7 +382,7 @@ class TestReasoning:
 
     def test_think_markers_elsewhere_are_text(self) -> None:
         c = answer("Use <think> and </think> tags.")
-        assert c == Completion(content="Use <think> and </think> tags.")
+        assert c == Completion(content="Use <think> and  tags.")  # a stray </think>: dropped
         c = parse_completion("r</think>see <think> here")
         assert c.content == "see <think> here"
 
@@ -574,11 +582,13 @@ class TestProtocolErrors:
         text = "<tool_call>\n<function=f>\n<parameter=city\nParis\n</function>\n</tool_call>"
         assert self.error(text).offset == text.index("<parameter=")
 
-    def test_conflicting_duplicate_parameters(self) -> None:
+    def test_a_parameter_is_given_once(self) -> None:
+        # Issue 10: a second <parameter=a> cannot be structure (a is given), so it is data of
+        # the value before it: the text is exactly what the template writes for these arguments.
         text = span("f", ("a", "1"), ("b", "x"), ("a", "2"))
-        assert self.error(text).offset == text.rindex("<parameter=a>")
-        # the same value twice is not a conflict
-        assert answer(span("f", ("a", "1"), ("a", "1"))).tool_calls == (ToolCall("f", {"a": 1}),)
+        assert answer(text).tool_calls == (
+            ToolCall("f", {"a": 1, "b": "x\n</parameter>\n<parameter=a>\n2"}),
+        )
 
     def test_text_where_a_tag_belongs(self) -> None:
         text = "<tool_call>\n<function=f>\nplease\n</function>\n</tool_call>"
@@ -607,10 +617,20 @@ class TestRepairs:
         # vLLM PR 23099 ("robust tool call handling, such as missing </parameter> tags"); the
         # qwen3_coder regex ends a value at (?=<parameter=) too.
         text = (
-            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n</parameter>\n"
+            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n"
             "</function>\n</tool_call>"
         )
         assert answer(text).tool_calls == (ToolCall("f", {"a": "x", "b": "y"}),)
+
+    def test_no_line_start_repair_where_a_confirmed_end_exists(self) -> None:
+        # Issue 10: the repair applies only when the block has no </parameter> at all. Here the
+        # final </parameter></function> confirms the end of a value that holds a line-start
+        # <parameter=b> (format_tool_call("f", {"a": "x\n<parameter=b>\ny"}) writes this text).
+        text = (
+            "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n</parameter>\n"
+            "</function>\n</tool_call>"
+        )
+        assert answer(text).tool_calls == (ToolCall("f", {"a": "x\n<parameter=b>\ny"}),)
 
     def test_missing_parameter_close_before_function_close(self) -> None:
         text = "<tool_call>\n<function=f>\n<parameter=a>\nx\n</function>\n</tool_call>"
@@ -668,7 +688,14 @@ class TestValueText:
         ],
     )
     def test_exactly_one_newline_each_side_is_layout(self, value: str) -> None:
-        tools = [{"name": "w", "parameters": {"properties": {"content": {"type": "string"}}}}]
+        tools = [
+            {
+                "name": "w",
+                "parameters": {
+                    "properties": {"content": {"type": "string"}, "path": {"type": "string"}}
+                },
+            }
+        ]
         text = span("w", ("content", value), ("path", "/tmp/x"))
         (call,) = answer(text, tools).tool_calls
         assert call.arguments == {"content": value, "path": "/tmp/x"}
@@ -789,9 +816,9 @@ class TestTokenIds:
         assert parse_completion(ids, encoder=BYTES).content == "a" + mk.TURN_CLOSE
 
     def test_ids_need_an_encoder(self) -> None:
-        with pytest.raises(TypeError):
+        with pytest.raises(PromptError, match="encoder"):
             parse_completion([1, 2, 3])
-        with pytest.raises(TypeError):
+        with pytest.raises(PromptError, match="output"):
             parse_completion(b"bytes")  # type: ignore[arg-type]
 
     def test_split_characters_are_held_back(self) -> None:
@@ -1021,9 +1048,11 @@ class TestStreaming:
         assert parser.feed("\n") == []
         assert parser.feed("<funct") == []
         assert parser.feed("ion=f>\n</function>\n") == []
-        assert parser.feed("</tool_call>") == [ToolCallEvent(0, ToolCall("f", {}))]
+        # Issue 10: a call is dispatched when the output ends (a later closer could still turn
+        # this </tool_call> into data of the value).
+        assert parser.feed("</tool_call>") == []
         assert parser.feed("</thi") == []
-        assert parser.flush() == [ContentDelta("</thi")]
+        assert parser.flush() == [ToolCallEvent(0, ToolCall("f", {})), ContentDelta("</thi")]
         assert parser.finish() == Completion(
             reasoning="abc", content="xyz </thi", tool_calls=(ToolCall("f", {}),)
         )
@@ -1037,11 +1066,12 @@ class TestStreaming:
         assert parser.feed(" tag") == [ContentDelta("<tool_call>"), ContentDelta(" tag")]
         assert parser.feed(" wraps calls.") == [ContentDelta(" wraps calls.")]
 
-    def test_call_events_come_when_the_span_closes(self) -> None:
+    def test_call_events_come_when_the_output_ends(self) -> None:
+        # Issue 10: until the output ends, a later </parameter></function></tool_call> could make
+        # this </tool_call> data of the value, so the call is held back.
         parser = StreamParser(tools=TOOLS, thinking=False)
-        head, tail = DALLAS[:-1], DALLAS[-1:]
-        assert not any(isinstance(e, ToolCallEvent) for e in parser.feed(head))
-        assert parser.feed(tail) == [ToolCallEvent(0, DALLAS_CALL)]
+        assert not any(isinstance(e, ToolCallEvent) for e in parser.feed(DALLAS))
+        assert parser.flush() == [ToolCallEvent(0, DALLAS_CALL)]
 
     def test_call_in_unclosed_reasoning_waits_for_the_verdict(self) -> None:
         parser = StreamParser()
@@ -1060,6 +1090,7 @@ class TestStreaming:
         with pytest.raises(ParseError) as streamed:
             for ch in text:
                 parser.feed(ch)
+            parser.flush()
         assert streamed.value.offset == batch.value.offset == text.index("bad")
         with pytest.raises(ParseError):
             parser.feed("more")
@@ -1077,7 +1108,7 @@ class TestStreaming:
     def test_text_and_ids_do_not_mix(self) -> None:
         parser = StreamParser(encoder=BYTES)
         parser.feed("text")
-        with pytest.raises(TypeError):
+        with pytest.raises(PromptError, match="delta"):
             parser.feed([1000])
 
 
@@ -1324,6 +1355,14 @@ class TestRoundTrip:
     @given(case=_turns(markers=False, with_schema=False))
     def test_text_without_schema(self, case: tuple[Turn, list[Any]]) -> None:
         turn, _ = case
+        # Without a schema a string comes back as JSON when it parses as JSON ("false").
+        assume(
+            all(
+                not isinstance(v, str) or typed_parameter_value(v) == v
+                for call in turn.tool_calls
+                for v in call.arguments.values()
+            )
+        )
         assert parse_completion(_body_text(turn), thinking=False).to_turn() == turn
 
     @_ROUND_TRIP

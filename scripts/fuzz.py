@@ -1,0 +1,289 @@
+"""Coverage-guided fuzzing of the completion parser and ``turns_from_messages`` (issue 10).
+
+Each input is a little program over the grammar's pieces: its first byte picks the target, the
+rest are read one byte at a time, a byte below ``len(PIECES)`` standing for that piece (a tag,
+a marker, whitespace, a backtick fence…) and any other byte for one character. Properties:
+
+* only ``ParseError`` comes out of the parser on well-typed input (``PromptError`` of
+  ``turns_from_messages`` on bad messages), never another exception;
+* ``StreamParser`` fed in random chunks, as text and as token IDs, equals the batch parse
+  (errors included, same offset);
+* a call whose ``</tool_call>`` is missing is never dispatched;
+* every ``format_tool_call`` output parses back to the same arguments, unless a value holds one
+  of the sequences the README lists as provably ambiguous (then: the same call, or ParseError,
+  or a call that ``format_tool_call`` writes as the very same text).
+
+    .venv/bin/python scripts/fuzz.py --minutes 10        # saves crashes under tests/fuzz_corpus
+    .venv/bin/python scripts/fuzz.py --seconds 20 --crashes /tmp/x
+
+Crashes are written to ``--crashes`` (default ``tests/fuzz_corpus``), which
+``tests/test_parser_fuzz.py`` replays on every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import random
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "fuzz_corpus"
+
+try:  # instrumented for coverage when atheris is there; the replay needs no atheris
+    import atheris
+
+    with atheris.instrument_imports(include=["qwen_encode"]):
+        from qwen_encode import markers as mk
+        from qwen_encode.conversation import turns_from_messages
+        from qwen_encode.errors import ParseError, PromptError
+        from qwen_encode.parser import Completion, StreamParser, parse_completion
+        from qwen_encode.protocol import format_tool_call
+except ImportError:
+    atheris = None
+    from qwen_encode import markers as mk
+    from qwen_encode.conversation import turns_from_messages
+    from qwen_encode.errors import ParseError, PromptError
+    from qwen_encode.parser import Completion, StreamParser, parse_completion
+    from qwen_encode.protocol import format_tool_call
+
+PIECES: tuple[str, ...] = (
+    *mk.PROTOCOL_MARKERS,
+    "<function=f>",
+    "<function=g>",
+    "<function=",
+    "</function>",
+    "<parameter=a>",
+    "<parameter=b>",
+    "<parameter=",
+    "</parameter>",
+    "</parameter1>",
+    "\n",
+    " ",
+    "\n\n",
+    "```",
+    "~~~",
+    "`",
+    ">",
+    "<",
+    "{{ x }}",
+    "7",
+    "true",
+    '{"k": [1]}',
+)
+TOOLS = [
+    {"name": "f", "parameters": {"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}
+]
+_TARGETS = 4
+
+
+class ByteIds:
+    """A byte-level encoder: one ID per UTF-8 byte (ID = byte + 1000), markers below 1000."""
+
+    def __init__(self) -> None:
+        self.marker_ids = {marker: i for i, marker in enumerate(mk.ALL_ADDED_TOKENS)}
+        self._names = {i: marker for marker, i in self.marker_ids.items()}
+        self.vocab_size = 1256
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        pattern = "|".join(re.escape(m) for m in mk.PROTOCOL_MARKERS)
+        pos = 0
+        for match in re.finditer(pattern, text):
+            ids += [b + 1000 for b in text[pos : match.start()].encode("utf-8", "surrogatepass")]
+            ids.append(self.marker_ids[match.group()])
+            pos = match.end()
+        ids += [b + 1000 for b in text[pos:].encode("utf-8", "surrogatepass")]
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i >= 1000:
+                run.append(i - 1000)
+                continue
+            out.append(bytes(run).decode("utf-8", "replace"))
+            run = []
+            out.append(self._names[i])
+        out.append(bytes(run).decode("utf-8", "replace"))
+        return "".join(out)
+
+
+IDS = ByteIds()
+
+
+def program_text(data: bytes) -> str:
+    return "".join(PIECES[b] if b < len(PIECES) else chr(b) for b in data)
+
+
+def outcome(run: Any) -> Completion | tuple[str, int]:
+    try:
+        return run()
+    except ParseError as error:
+        return ("ParseError", error.offset)
+
+
+def streamed(chunks: list[Any], **kwargs: Any) -> Completion | tuple[str, int]:
+    def run() -> Completion:
+        parser = StreamParser(**kwargs)
+        for chunk in chunks:
+            parser.feed(chunk)
+        return parser.finish()
+
+    return outcome(run)
+
+
+def chunked(seq: Sequence[Any], rng: random.Random) -> list[Any]:
+    points = sorted({rng.randint(0, len(seq)) for _ in range(rng.randint(0, 6))})
+    edges = [0, *points, len(seq)]
+    return [seq[a:b] for a, b in itertools.pairwise(edges) if b > a]
+
+
+_CONFUSABLE = re.compile(
+    r"</parameter[A-Za-z0-9_-]{0,16}>\s*(?:<parameter=|</function>|\Z)"
+    r"|(?:^|\n)(?:<parameter=|</function>)"
+)
+
+
+def confusable(value: str) -> bool:
+    """A value holding what the README's Limitations call provably ambiguous."""
+    if _CONFUSABLE.search(value):
+        return True
+    return mk.TOOL_CALL_OPEN in value and "<function=" in value and mk.TOOL_CALL_CLOSE in value
+
+
+def check_parse(text: str, flags: int, rng: random.Random) -> None:
+    kwargs: dict[str, Any] = {"thinking": bool(flags & 1), "tools": TOOLS if flags & 2 else None}
+    batch = outcome(lambda: parse_completion(text, **kwargs))
+    assert streamed(chunked(text, rng), **kwargs) == batch, "text stream != batch"
+    ids = IDS.encode(text)
+    by_ids = outcome(lambda: parse_completion(ids, encoder=IDS, **kwargs))
+    assert streamed(chunked(ids, rng), encoder=IDS, **kwargs) == by_ids, "ID stream != batch"
+    if isinstance(batch, Completion) and batch.content:
+        # to_message() must never hold what the template would split the turn at.
+        assert mk.THINK_CLOSE not in batch.content
+
+
+def check_round_trip(data: bytes) -> None:
+    parts = program_text(data).split("\x00")
+    values = parts[:3]
+    names = ["a", "b", "c"][: len(values)]
+    arguments = dict(zip(names, values, strict=False))
+    text = format_tool_call("g", arguments)
+    tools = [{"name": "g", "parameters": {"properties": {n: {"type": "string"} for n in names}}}]
+    # With the schema saying string (without one, "7" would rightly come back as 7); the
+    # schema-free reading of unknown parameters is exercised by check_parse.
+    kwargs: dict[str, Any] = {"thinking": False, "tools": tools}
+    got = outcome(lambda: parse_completion(text, **kwargs))
+    ambiguous = any(map(confusable, values))
+    if isinstance(got, Completion):
+        calls = [(call.name, call.arguments) for call in got.tool_calls]
+        if calls != [("g", arguments)]:
+            assert ambiguous, ("round trip", arguments, calls)
+    else:
+        assert ambiguous, ("ParseError on a plain value", arguments, got)
+    # Cut before its </tool_call>: never dispatched (unless a value holds a complete call).
+    cut = text[: text.rindex(mk.TOOL_CALL_CLOSE)]
+    if not any(mk.TOOL_CALL_CLOSE in v for v in values):
+        truncated = outcome(lambda: parse_completion(cut, **kwargs))
+        assert not isinstance(truncated, Completion) or truncated.tool_calls == (), "cut call ran"
+
+
+def check_messages(data: bytes, rng: random.Random) -> None:
+    text = program_text(data)
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = [{"role": rng.choice(["user", "assistant", "tool", "x"]), "content": text}]
+        if rng.random() < 0.5:
+            value[0]["tool_calls"] = [{"function": {"name": text[:8], "arguments": text}}]
+    if not isinstance(value, list):
+        # turns_from_messages(5) / (None) still raise TypeError: issue 9 item 14, in the
+        # conversation layer (not the parser's); the fuzzer looks at message lists.
+        value = [value]
+    with contextlib.suppress(PromptError):
+        turns_from_messages(value)
+
+
+def one_input(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    target, flags, body = data[0] % _TARGETS, data[1], data[2:]
+    rng = random.Random(data)
+    if target == 0:
+        check_parse(program_text(body), flags, rng)
+    elif target == 1:
+        check_parse(mk.THINK_CLOSE + program_text(body), flags, rng)
+    elif target == 2:
+        check_round_trip(body)
+    else:
+        check_messages(body, rng)
+
+
+def seeds() -> list[bytes]:
+    """Seed inputs: rendered calls and the grammar's tags, as programs."""
+    index = {piece: i for i, piece in enumerate(PIECES)}
+
+    def program(text: str) -> bytes:
+        out = bytearray()
+        pattern = "|".join(re.escape(p) for p in sorted(PIECES, key=len, reverse=True))
+        pos = 0
+        for match in re.finditer(pattern, text):
+            out += bytes(b for b in text[pos : match.start()].encode("latin-1", "ignore"))
+            out.append(index[match.group()])
+            pos = match.end()
+        out += text[pos:].encode("latin-1", "ignore")
+        return bytes(out)
+
+    calls = [
+        format_tool_call("f", {"a": 7, "b": "x"}),
+        format_tool_call("f", {"b": "</parameter>\n<parameter=a>\n1"}),
+        format_tool_call("f", {"b": format_tool_call("g", {"a": "1"})}),
+    ]
+    out = [bytes([t, f]) + program(c) for c in calls for t in (0, 1) for f in (0, 2, 3)]
+    out += [bytes([2, 2]) + program("x</parameter>\x00y"), bytes([3, 0]) + b"[]"]
+    out += [bytes([0, 0]) + program("```\n" + calls[0] + "\n```\n" + calls[0])]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--crashes", type=Path, default=CORPUS, help="where crashes are saved")
+    args = parser.parse_args(argv)
+    if atheris is None:
+        print("atheris is not installed: pip install -e .[test]", file=sys.stderr)
+        return 2
+    seconds = args.seconds if args.seconds is not None else (args.minutes or 1) * 60
+    args.crashes.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        corpus = Path(work) / "corpus"
+        corpus.mkdir()
+        for i, seed in enumerate(seeds()):
+            (corpus / f"seed-{i}").write_bytes(seed)
+        atheris.Setup(
+            [
+                sys.argv[0],
+                f"-max_total_time={max(1, int(seconds))}",
+                f"-artifact_prefix={args.crashes}/",
+                "-max_len=512",
+                "-timeout=20",
+                str(corpus),
+            ],
+            one_input,
+        )
+        atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
