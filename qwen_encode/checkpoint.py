@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .errors import CheckpointError
+from .errors import CheckpointError, shown
 
 TOKENIZER_JSON: Final = "tokenizer.json"
 TOKENIZER_CONFIG: Final = "tokenizer_config.json"
@@ -165,7 +165,8 @@ def resolve_checkpoint(
             # A local folder has no revisions; ignoring the argument would hand back other files
             # than the ones asked for.
             raise CheckpointError(
-                f"{path}: revision={revision!r} applies to hub repo ids, but this is a local path"
+                f"{path}: revision={shown(revision)} applies to hub repo ids, "
+                "but this is a local path"
             )
         return _resolve_local(text, path, kind)
     if isinstance(source, str) and _REPO_ID.fullmatch(source):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import markers as mk
-from .errors import CheckpointError, QwenEncodeError, VocabularyError
+from .errors import CheckpointError, QwenEncodeError, VocabularyError, shown
 
 if TYPE_CHECKING:  # the heavy modules (numpy, tokenizers) load only for commands that need them
     from .encoder import Encoder, Encoding
@@ -549,8 +549,8 @@ def _request(value: Any, line: int, tally: Tally | None) -> Request:
         if inner is not None and inner != top_effort:
             raise LineError(
                 "RequestError",
-                f"reasoning_effort {top_effort!r} (top level) conflicts with "
-                f"chat_template_kwargs.reasoning_effort {inner!r}",
+                f"reasoning_effort {shown(top_effort)} (top level) conflicts with "
+                f"chat_template_kwargs.reasoning_effort {shown(inner)}",
             )
         options["reasoning_effort"] = top_effort
 
@@ -564,7 +564,9 @@ def _request(value: Any, line: int, tally: Tally | None) -> Request:
         )
     token_strs = value.get("return_token_strs")
     if token_strs is not None and not isinstance(token_strs, bool):
-        raise LineError("RequestError", f"return_token_strs must be a bool, got {token_strs!r}")
+        raise LineError(
+            "RequestError", f"return_token_strs must be a bool, got {shown(token_strs)}"
+        )
 
     prompt = format_prompt(
         value["messages"],

@@ -54,7 +54,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 from . import markers as mk
 from .conversation import ToolCall, Turn
-from .errors import ParseError, PromptError
+from .errors import ParseError, PromptError, TokenIdError, shown
 
 __all__ = [
     "Completion",
@@ -1155,18 +1155,18 @@ class _IdSplitter:
         position = self.position
         self.position = position + 1
         if isinstance(token, bool):
-            raise PromptError(f"token ID {token!r} is a bool", field=f"output[{position}]")
+            raise TokenIdError(f"token ID {shown(token)} is a bool", position=position)
         try:
             value = operator.index(token)
         except TypeError:
-            raise PromptError(
-                f"token ID {token!r} is not an integer ({type(token).__name__})",
-                field=f"output[{position}]",
+            raise TokenIdError(
+                f"token ID {shown(token)} is not an integer ({type(token).__name__})",
+                position=position,
             ) from None
         if value < 0 or (self.limit is not None and value >= self.limit):
             bound = "" if self.limit is None else f" (the vocabulary has {self.limit:,} IDs)"
-            raise PromptError(
-                f"token ID {value} is not in the vocabulary{bound}", field=f"output[{position}]"
+            raise TokenIdError(
+                f"token ID {shown(value)} is not in the vocabulary{bound}", position=position
             )
         return value
 
@@ -1265,7 +1265,7 @@ def _splitter(output: Any, encoder: MarkerEncoder | None) -> _TextSplitter | _Id
 
 def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise PromptError(f"expected True or False, got {value!r}", field=name)
+        raise PromptError(f"expected True or False, got {shown(value)}", field=name)
     return value
 
 

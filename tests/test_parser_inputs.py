@@ -301,22 +301,22 @@ def test_output_of_a_wrong_type(output: Any) -> None:
     [([1000, 1.5], 1), ([True], 0), ([1000, "7"], 1), ([-1], 0), ([1000, 1000, None], 2)],
 )
 def test_bad_ids_name_their_position(ids: list[Any], position: int) -> None:
-    with pytest.raises(PromptError) as info:
+    with pytest.raises(qe.TokenIdError) as info:
         parse_completion(ids, encoder=BYTES)
-    assert info.value.field == f"output[{position}]"
+    assert info.value.position == position
 
 
 def test_ids_past_the_vocabulary(tiny: qe.Encoder) -> None:
     size = tiny.vocabulary.report.max_token_id + 1
     for bad in (size, 10**7, 2**64):
-        with pytest.raises(PromptError, match="not in the vocabulary") as info:
+        with pytest.raises(qe.TokenIdError, match="not in the vocabulary") as info:
             parse_completion([tiny.marker_ids[mk.THINK_CLOSE], bad], encoder=tiny)
-        assert info.value.field == "output[1]"
+        assert info.value.position == 1
     parser = StreamParser(encoder=tiny)
     parser.feed([1, 2])
-    with pytest.raises(PromptError) as info:
+    with pytest.raises(qe.TokenIdError) as info:
         parser.feed([3, size])
-    assert info.value.field == "output[3]"  # the position in the whole stream
+    assert info.value.position == 3  # the position in the whole stream
 
 
 def test_duck_typed_encoder_may_declare_vocab_size() -> None:
@@ -328,7 +328,7 @@ def test_duck_typed_encoder_may_declare_vocab_size() -> None:
             return BYTES.decode(ids)
 
     assert parse_completion([1000 + ord("a")], thinking=False, encoder=Small()).content == "a"
-    with pytest.raises(PromptError, match="1,100"):
+    with pytest.raises(qe.TokenIdError, match="1,100"):
         parse_completion([1000 + 0xFF], thinking=False, encoder=Small())
 
 
