@@ -313,9 +313,15 @@ class Encoder:
         size = self.vocab_size
         if not isinstance(ids, np.ndarray):
             ids = list(ids)
+            # numpy would turn True into 1 and [1, 2.0] into floats: only a list of plain ints
+            # takes the vectorised path; anything else is checked item by item below.
+            plain = set(map(type, ids)) <= {int}
             try:
-                array = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
-            except (OverflowError, TypeError, ValueError):  # an int past 64 bits, ragged lists
+                array = np.asarray(ids if plain else [], dtype=np.int64)
+            except OverflowError:  # an int past 64 bits
+                array = np.zeros(0, dtype=np.int64)
+                plain = False
+            if not plain:
                 array = np.asarray(ids, dtype=object)
         else:
             array = ids

@@ -32,6 +32,8 @@ def _prompt(text: str = "hello") -> qe.Prompt:
         ([1.0], 0, "expected an integer"),  # truncated to 1 before
         (np.array([1.5]), 0, "expected an integer"),
         ([True], 0, "expected an integer"),
+        ([5, 7, True], 2, "expected an integer"),  # numpy would read it as 1
+        ([5, 2.0], 1, "expected an integer"),
         ([1, None], 1, "expected an integer"),
         ([1, "2"], 1, "expected an integer"),
         ([[1]], 0, "expected an integer"),
