@@ -105,6 +105,10 @@ class VocabularyError(QwenEncodeError, ValueError):
 class CheckpointError(QwenEncodeError, OSError):
     """A checkpoint's files could not be found or read (the message names the path)."""
 
+    def __init__(self, message: object = "", *args: object) -> None:
+        # A path that is not UTF-8 on disk arrives with surrogate escapes (os.fsdecode).
+        super().__init__(printable(message) if isinstance(message, str) else message, *args)
+
 
 class ParseError(QwenEncodeError, ValueError):
     """A completion broke the protocol's grammar; ``offset`` is where, in characters."""

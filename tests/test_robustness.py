@@ -242,3 +242,10 @@ def test_validate_checkpoint(tmp_path_factory, source, name, content) -> None:
     report = _holds(lambda: qe.validate_checkpoint(folder))
     if isinstance(report, qe.ValidationReport):
         json.dumps(report.to_dict())  # the report itself is JSON
+
+
+def test_a_surrogate_path_gives_a_printable_checkpoint_error() -> None:
+    # Found by test_validate_checkpoint: the message quoted the path with its lone surrogate.
+    with pytest.raises(qe.CheckpointError) as raised:
+        qe.validate_checkpoint("\ud800")
+    str(raised.value).encode("utf-8")
