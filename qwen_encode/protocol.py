@@ -142,7 +142,7 @@ class _Builder:
         if field is None:
             self._pending.append(text)
             return
-        if (surrogate := _SURROGATE.search(text)) is not None:
+        if not text.isascii() and (surrogate := _SURROGATE.search(text)) is not None:
             # Valid in a Python str and in JSON ("\ud800"), but no UTF-8 text holds it: the
             # tokenizer would fail on the whole batch (TypeError), a writer on the whole output.
             raise self.error(
