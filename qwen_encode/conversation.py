@@ -8,6 +8,7 @@ is; the rules of the prompt format itself (ordering, "no user query", ...) live 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, get_args
@@ -21,6 +22,21 @@ ROLES: tuple[str, ...] = get_args(Role)
 # transformers (chat_template_utils._REASONING_FIELDS) accepts these names for the reasoning text
 # and reads the first one that is not None, in this order.
 REASONING_FIELDS: tuple[str, ...] = ("reasoning_content", "thinking", "reasoning")
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_problem(text: str) -> str | None:
+    """Why ``text`` is not text, or None: a lone UTF-16 surrogate is valid in a Python str and
+    in JSON (``"\\ud800"``) but has no UTF-8 form and no token, so a tokenizer fails the whole
+    batch on it and a writer the whole output. ASCII (the common case) is cleared in C."""
+    if text.isascii() or (found := _SURROGATE.search(text)) is None:
+        return None
+    return (
+        f"holds a lone UTF-16 surrogate (U+{ord(found.group()):04X} at character "
+        f"{found.start()}), which is not text"
+    )
+
 
 #: How deeply tool-call arguments and tool definitions may nest (objects and arrays counted;
 #: ``{"a": [1]}`` is 2 deep). Real schemas and arguments stay far below it. Past it, Python's own

@@ -19,14 +19,14 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeAlias, overload
+from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from . import markers as mk
 from .checkpoint import resolve_checkpoint
-from .conversation import Turn, turns_from_messages
+from .conversation import Turn, surrogate_problem, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
 from .protocol import (
@@ -57,7 +57,6 @@ _AUTO_FASTOKENS_CHARS = 8_000_000
 # Text runs recur across requests (the tools block, a shared system prompt, every earlier turn of
 # a growing chat): their IDs are kept, up to this many bytes of text plus IDs.
 _RUN_CACHE_BYTES = 64 << 20
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # What ChatSession takes besides tools (continue_final_message is not one: see the README).
 _CHAT_OPTIONS = frozenset(
     {
@@ -570,10 +569,16 @@ class Encoder:
             parts.append((start, segment.turn, segment.trained))
             start += len(segment.text)
         text = "".join(segment.text for segment in segments)
-        if not text.isascii() and (surrogate := _SURROGATE.search(text)) is not None:
+        if not text.isascii():
             # format_prompt refuses these in caller fields; a hand-made segment can still hold
             # one, and the engine would fail the whole batch on it (TypeError).
-            return self._unencodable(segments, surrogate.start())
+            for segment in segments:
+                if problem := surrogate_problem(segment.text):
+                    raise PromptError(
+                        problem,
+                        message_index=segment.turn if segment.turn >= 0 else None,
+                        field=segment.field or "text",
+                    )
         literal = False
         # The whole run is checked, not each segment: a tool name "<think" followed by the
         # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
@@ -583,19 +588,6 @@ class Encoder:
             literal = True
         crosses = len({part[1:] for part in parts}) > 1
         return _Run(text, tuple(parts), literal, crosses)
-
-    @staticmethod
-    def _unencodable(segments: list[Text], at: int) -> NoReturn:
-        for segment in segments:
-            if at < len(segment.text):
-                raise PromptError(
-                    f"holds a lone UTF-16 surrogate (U+{ord(segment.text[at]):04X} at character "
-                    f"{at}), which is not text",
-                    message_index=segment.turn if segment.turn >= 0 else None,
-                    field=segment.field or "text",
-                )
-            at -= len(segment.text)
-        raise AssertionError("surrogate position outside the run")
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
@@ -635,7 +627,7 @@ class Encoder:
 
     def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         """The engine's batch encoding, long texts cut into pieces (``_pieces``) and joined."""
-        if not self._cuttable or all(len(text) <= 2 * _PIECE_CHARS for text in texts):
+        if not self._cuttable or max(map(len, texts), default=0) <= 2 * _PIECE_CHARS:
             return self._engine.encode_texts(texts)
         cut = [_pieces(text) for text in texts]
         flat = self._engine.encode_texts([piece for pieces in cut for piece in pieces])

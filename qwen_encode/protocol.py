@@ -31,6 +31,7 @@ from .conversation import (
     VideoBlock,
     json_depth_problem,
     load_json,
+    surrogate_problem,
     turns_from_messages,
 )
 from .errors import PromptError, shown
@@ -142,14 +143,8 @@ class _Builder:
         if field is None:
             self._pending.append(text)
             return
-        if not text.isascii() and (surrogate := _SURROGATE.search(text)) is not None:
-            # Valid in a Python str and in JSON ("\ud800"), but no UTF-8 text holds it: the
-            # tokenizer would fail on the whole batch (TypeError), a writer on the whole output.
-            raise self.error(
-                f"holds a lone UTF-16 surrogate (U+{ord(surrogate.group()):04X} at character "
-                f"{surrogate.start()}), which is not text",
-                field,
-            )
+        if problem := surrogate_problem(text):
+            raise self.error(problem, field)
         self._flush()
         self._segments.append(Text(text, self._turn, self._trained, field))
 
@@ -184,7 +179,6 @@ class _Builder:
 
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------------------------
