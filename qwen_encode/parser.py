@@ -21,6 +21,11 @@ How it is read:
   a fenced block, opens the first call. A ``<tool_call>`` not followed by ``<function=`` is text
   (a bare mention), unless a ``</tool_call>`` closes it before the next ``<tool_call>``: then it
   was a span that holds no call, a ``ParseError``. A stray ``</think>`` in content is dropped.
+* A call without the wrapper (vLLM and llama.cpp dispatch it): a line-start
+  ``<function=NAME>`` of a declared tool in content, outside a fence, whose block completes
+  (``</function>``, and its ``</tool_call>`` if that follows) and parses. Content is held back
+  only while it is a prefix of such a tag (``_Machine._content_text``); from a complete tag on
+  it is part of the tail, and a block that never completes is content.
 * Everything from the first call on (the *tail*) is read when the output ends, because a value
   is data until the rest of the output confirms where it ends (issue 10; the rules are at
   ``_span_ends`` and ``_parse_span``). A call the output never closed is not dispatched: its raw
@@ -448,7 +453,10 @@ def _tools_json(text: str, where: str) -> Any:
 #    content after it, where it is an orphan. Readings are ranked: a trailing call left open
 #    loses to one that closes; then fewer orphans win; then fewer ends that need a repair (a
 #    ``</tool_call>`` not preceded by ``</parameter>``/``<function=…>`` + ``</function>``); then
-#    the earlier end (more calls: structure wins over data).
+#    the earlier end (more calls: structure wins over data). An unwrapped block (a line-start
+#    ``<function=NAME>`` of a declared tool in content) ends at a ``</function>`` ranked the same
+#    way, or is content when none ends it. The forward pass feeds the content it walks through
+#    a fence tracker, so a call start quoted in a fenced block after an earlier call is text.
 # 2. Parameters (``_parse_span``): inside one closed span, ``</parameter>`` + ``<parameter=Q>``
 #    is a junction when the tool can take Q (declared when the tool has a schema, not the first
 #    parameter, a name the format can carry). Each name is given once: a name with one junction
@@ -642,22 +650,52 @@ def _parse_span(flat: str, start: int, end: int, schemas: _Schemas, base: int) -
         pos = after
 
 
-_S, _TC, _CLOSER = range(3)
+# Events of the tail, in order of position. _START_CALL: a <tool_call> + <function= (or one cut
+# off while it opened); _BLOCK: a line-start <function=NAME> of a declared tool, a call without
+# the wrapper if its block completes; _TOOL_CALL_END: the </tool_call> marker; closers as text.
+_START_CALL, _TOOL_CALL_END, _PARAMETER_CLOSER, _FUNCTION_CLOSER, _BLOCK = range(5)
+_UNWRAPPED_RE: Final = re.compile(r"^<function=([^<>\n]*)>", re.MULTILINE)
+# Before a </function> (after whitespace), what makes an unwrapped block's end confirmed: the
+# last value's </parameter>, or the block's own <function=NAME> (a call without parameters).
+_STRONG_BLOCK_END_RE: Final = re.compile(
+    r"(?:</parameter[A-Za-z0-9_-]{0,16}>|<function=[^<>\n]*>)\s*$"
+)
 
 
-def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) -> list[int]:
-    """Step 1 (see above): the indexes into ``events`` of the ``</tool_call>`` that close calls.
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A call in the tail: ``flat[start:end]`` is the span (from ``<tool_call>``, through its
+    ``</tool_call>``) or the unwrapped block (from ``<function=``, through ``</function>``);
+    content resumes at ``resume``. ``wrapped``: a ``<tool_call>`` span."""
 
-    ``events`` are (position, kind) in order, the first a call start; ``unknown[i]`` says that
-    call start ``i`` names a tool the tools list does not declare. The reading is found by one
-    backward pass (the best cost of every suffix, in a call or in content) and one forward.
-    The reading that ignores ``unknown`` is found too: when the two differ, the output reads as
-    a call to an undeclared tool or as that call quoted inside a value, and which one the model
-    meant cannot be known (ParseError naming both).
+    start: int
+    end: int
+    resume: int
+    wrapped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    parts: tuple[_Part, ...]
+    unterminated: int | None  # where the trailing call the output never closed starts
+
+
+def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) -> _Reading:
+    """Step 1 (see above): which closer ends each call of the tail.
+
+    ``events`` are (position, kind) in order, the first a call start (wrapped or not);
+    ``unknown[i]`` says that call start ``i`` names a tool the tools list does not declare. The
+    reading is found by one backward pass (the best cost of every suffix, in a call, in an
+    unwrapped block or in content) and one forward. The reading that ignores ``unknown`` is
+    found too: when the two differ, the output reads as a call to an undeclared tool or as that
+    call quoted inside a value, and which one the model meant cannot be known (ParseError naming
+    both).
     """
-    strong = [False] * len(events)
+    count = len(events)
+    strong = [False] * count
+    consumes = list(range(1, count + 1))  # after a block's </function>: the next event index
     for i, (pos, kind) in enumerate(events):
-        if kind == _TC:
+        if kind == _TOOL_CALL_END:
             before = _skip_ws_back(flat, pos, 0)
             strong[i] = flat.endswith(_FUNCTION_END, 0, before) and bool(
                 _STRONG_END_RE.search(
@@ -666,79 +704,133 @@ def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) ->
                     _skip_ws_back(flat, before - len(_FUNCTION_END), 0),
                 )
             )
+        elif kind == _FUNCTION_CLOSER:
+            before = _skip_ws_back(flat, pos, 0)
+            strong[i] = bool(_STRONG_BLOCK_END_RE.search(flat, max(0, before - 200), before))
+            # vLLM's missing-opening-tag case: the unwrapped block's own </tool_call> follows.
+            after = pos + len(_FUNCTION_END)
+            if (
+                i + 1 < count
+                and events[i + 1][1] == _TOOL_CALL_END
+                and _skip_ws(flat, after, events[i + 1][0]) == events[i + 1][0]
+            ):
+                consumes[i] = i + 2
     # A call start followed by nothing but an empty function block and its </tool_call>.
-    empty = [-1] * len(events)
+    empty = [-1] * count
     for i, (pos, kind) in enumerate(events):
-        if kind == _S and i + 2 < len(events) and events[i + 2][1] == _TC:
+        if kind == _START_CALL and i + 2 < count and events[i + 2][1] == _TOOL_CALL_END:
             block = _EMPTY_CALL_RE.match(flat, pos + len(mk.TOOL_CALL_OPEN))
             if block is not None and block.end() == events[i + 2][0]:
                 empty[i] = i + 2
-    best = _best_ends(events, strong, empty, unknown)
+    best = _best_reading(flat, events, strong, empty, consumes, unknown)
     if any(unknown):
-        plain = _best_ends(events, strong, empty, [False] * len(unknown))
+        plain = _best_reading(flat, events, strong, empty, consumes, [False] * count)
         if plain != best:
-            at = next((a for a, b in zip(best, plain, strict=False) if a != b), min(best + plain))
+            ends = [p.end for p in best.parts] + [len(flat) + 1]
+            other = [p.end for p in plain.parts] + [len(flat) + 1]
+            at = next((a for a, b in zip(ends, other, strict=False) if a != b), min(ends + other))
             raise ParseError(
                 "ambiguous call: read as written, a call to a tool the tools list does not "
                 "declare starts after the </tool_call> at offset {offset}; read otherwise, "
                 "that call is text quoted inside a value of the call before it",
-                offset=events[at][0],
+                offset=min(at, len(flat)) - len(mk.TOOL_CALL_CLOSE),
             )
     return best
 
 
-def _best_ends(
-    events: list[tuple[int, int]], strong: list[bool], empty: list[int], unknown: list[bool]
-) -> list[int]:
+def _best_reading(
+    flat: str,
+    events: list[tuple[int, int]],
+    strong: list[bool],
+    empty: list[int],
+    consumes: list[int],
+    unknown: list[bool],
+) -> _Reading:
     count = len(events)
     big = count + 1
     orphan = big * big  # costs, most important first: unterminated, orphans, unknown, repairs
+    never = orphan * big * big  # an unwrapped block that never completes is no block
     in_call = [0] * (count + 1)
+    in_block = [0] * (count + 1)
     in_content = [0] * (count + 1)
     in_call[count] = orphan * big  # the output ended inside a call: not dispatched
+    in_block[count] = never
     end_cost = [0] * count
     for i in range(count - 1, -1, -1):
         kind = events[i][1]
-        if kind == _S:
+        in_call[i], in_block[i] = in_call[i + 1], in_block[i + 1]
+        if kind == _START_CALL:
             start = in_call[i + 1]
             if empty[i] >= 0:
                 start = min(start, in_content[empty[i] + 1])
             in_content[i] = start + (big if unknown[i] else 0)
-            in_call[i] = in_call[i + 1]
-        elif kind == _TC:
-            in_content[i] = in_content[i + 1] + orphan
-            end_cost[i] = in_content[i + 1] + (0 if strong[i] else 1)
-            in_call[i] = min(end_cost[i], in_call[i + 1])
+        elif kind == _BLOCK:
+            in_content[i] = min(in_block[i + 1], in_content[i + 1])
         else:
             in_content[i] = in_content[i + 1] + orphan
-            in_call[i] = in_call[i + 1]
-    ends: list[int] = []
-    inside = True
-    i = 0
-    if empty[0] >= 0 and in_content[empty[0] + 1] <= in_call[1]:
-        ends.append(empty[0])
-        inside, i = False, empty[0]
-    i += 1
-    while i < count:
-        kind = events[i][1]
-        if inside:
-            if kind == _TC and end_cost[i] <= in_call[i + 1]:
-                ends.append(i)
-                inside = False
-        elif kind == _S:
-            if empty[i] >= 0 and in_content[empty[i] + 1] <= in_call[i + 1]:
-                ends.append(empty[i])
-                i = empty[i]
-            else:
-                inside = True
+            end_cost[i] = in_content[consumes[i]] + (0 if strong[i] else 1)
+            if kind == _TOOL_CALL_END:
+                in_call[i] = min(end_cost[i], in_call[i + 1])
+            elif kind == _FUNCTION_CLOSER:
+                in_block[i] = min(end_cost[i], in_block[i + 1])
+    parts: list[_Part] = []
+    quotes = _Quotes(spans=False)  # content after a call: a fenced <tool_call> is text
+    seen = 0  # content fed to ``quotes`` so far
+    state, opened, i = _CALL, 0, 0
+    if events[0][1] == _BLOCK:
+        state = _CONTENT
+    elif empty[0] >= 0 and in_content[empty[0] + 1] <= in_call[1]:
+        state, i = _CONTENT, empty[0]
+        seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
+        parts.append(_Part(0, seen, seen, True))
+        quotes.marker()
         i += 1
-    return ends
+    else:
+        i = 1
+    while i < count:
+        pos, kind = events[i]
+        if state == _CALL:
+            if kind == _TOOL_CALL_END and end_cost[i] <= in_call[i + 1]:
+                seen = pos + len(mk.TOOL_CALL_CLOSE)
+                parts.append(_Part(opened, seen, seen, True))
+                state = _CONTENT
+                quotes.marker()
+        elif state == _IN_BLOCK:
+            if kind == _FUNCTION_CLOSER and end_cost[i] <= in_block[i + 1]:
+                end = pos + len(_FUNCTION_END)
+                seen = end
+                if consumes[i] != i + 1:
+                    i = consumes[i] - 1
+                    seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
+                parts.append(_Part(opened, end, seen, False))
+                state = _CONTENT
+                quotes.marker()
+        elif kind in (_START_CALL, _BLOCK):
+            quotes.feed(flat[seen:pos])
+            seen = pos
+            if quotes.quoted:
+                pass
+            elif kind == _START_CALL:
+                if empty[i] >= 0 and in_content[empty[i] + 1] <= in_call[i + 1]:
+                    i = empty[i]
+                    seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
+                    parts.append(_Part(pos, seen, seen, True))
+                    quotes.marker()
+                else:
+                    state, opened = _CALL, pos
+            elif in_block[i + 1] <= in_content[i + 1]:
+                state, opened = _IN_BLOCK, pos
+        i += 1
+    return _Reading(tuple(parts), opened if state == _CALL else None)
+
+
+_CALL, _IN_BLOCK = -1, -2  # forward-pass states beside _CONTENT
 
 
 def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any]]:
-    """The tail from the first call's ``<tool_call>`` on: ("content", text), ("calls",
-    [ToolCall…]) and last ("unterminated", raw text or None), in order; a span is parsed only
-    when its part is taken (``parse_tool_call`` stops at the first call)."""
+    """The tail from the first call on: ("content", text), ("calls", [ToolCall…]) and last
+    ("unterminated", raw text or None), in order; a span is parsed only when its part is taken
+    (``parse_tool_call`` stops at the first call)."""
     flat = "".join(text for _, text, _ in items)
     base = items[0][2]
     events: list[tuple[int, int]] = []
@@ -748,26 +840,36 @@ def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any
             continue
         pos = start - base
         if index == 0:
-            events.append((pos, _S))  # the call that opened the tail (perhaps cut short)
+            events.append((pos, _START_CALL))  # the call that opened the tail (perhaps cut short)
         elif text == mk.TOOL_CALL_OPEN:
             after = _skip_ws(flat, pos + len(text), len(flat))
             if flat.startswith(_FUNCTION, after) or _FUNCTION.startswith(flat[after:]):
-                events.append((pos, _S))  # a call, or one cut off while it opened
+                events.append((pos, _START_CALL))  # a call, or one cut off while it opened
         elif text == mk.TOOL_CALL_CLOSE:
-            events.append((pos, _TC))
+            events.append((pos, _TOOL_CALL_END))
         elif text == mk.THINK_CLOSE:
             drop.append((pos, pos + len(text)))
-    events += [(m.start(), _CLOSER) for m in _CLOSER_RE.finditer(flat)]
+    events += [
+        (m.start(), _FUNCTION_CLOSER if m.group() == _FUNCTION_END else _PARAMETER_CLOSER)
+        for m in _CLOSER_RE.finditer(flat)
+    ]
+    declared = _unwrapped_names(schemas)
+    for m in _UNWRAPPED_RE.finditer(flat):
+        # The <function=NAME> of a wrapped call is that call's, not a call of its own.
+        if m.group(1) in declared and not flat.endswith(
+            mk.TOOL_CALL_OPEN, 0, _skip_ws_back(flat, m.start(), 0)
+        ):
+            events.append((m.start(), _BLOCK))
     events.sort()
     unknown = [False] * len(events)
     if schemas:
         for i, (pos, kind) in enumerate(events):
             after = _skip_ws(flat, pos + len(mk.TOOL_CALL_OPEN), len(flat))
-            if kind == _S and flat.startswith(_FUNCTION, after):
+            if kind == _START_CALL and flat.startswith(_FUNCTION, after):
                 name = _TAG_NAME.match(flat, after + len(_FUNCTION))
                 unknown[i] = name is not None and name.group(1).strip() not in schemas
     try:
-        ends = _span_ends(flat, events, unknown)
+        reading = _span_ends(flat, events, unknown)
     except ParseError as error:
         raise ParseError(
             error.reason.replace("{offset}", str(base + error.offset)), offset=base + error.offset
@@ -786,23 +888,40 @@ def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any
         pieces.append(flat[a:b])
         return "".join(pieces)
 
-    start_index = 0
-    for end_index in ends:
-        open_at = events[start_index][0]
-        close_at = events[end_index][0]
-        body = open_at + len(mk.TOOL_CALL_OPEN)
-        yield ("calls", _parse_span(flat, body, close_at, schemas, base))
-        resume = close_at + len(mk.TOOL_CALL_CLOSE)
-        start_index = next(
-            (i for i in range(end_index + 1, len(events)) if events[i][1] == _S), len(events)
-        )
-        text = content(resume, events[start_index][0] if start_index < len(events) else len(flat))
+    resume = 0
+    for part in reading.parts:
+        text = content(resume, part.start)
         if text:
             yield ("content", text)
-    unterminated = None
-    if start_index < len(events):
-        unterminated = flat[events[start_index][0] :]
+        if part.wrapped:
+            body = part.start + len(mk.TOOL_CALL_OPEN)
+            close = part.end - len(mk.TOOL_CALL_CLOSE)
+            yield ("calls", _parse_span(flat, body, close, schemas, base))
+        else:
+            try:
+                call = _parse_block(flat, part.start, part.end, schemas, base)
+            except ParseError:
+                # Without the wrapper nothing says it is a call: a block that does not parse
+                # is the text it is, never an error and never a guess.
+                text = content(part.start, part.resume)
+                if text:
+                    yield ("content", text)
+                resume = part.resume
+                continue
+            yield ("calls", [call])
+        resume = part.resume
+    end = len(flat) if reading.unterminated is None else reading.unterminated
+    text = content(resume, end)
+    if text:
+        yield ("content", text)
+    unterminated = None if reading.unterminated is None else flat[reading.unterminated :]
     yield ("unterminated", unterminated)
+
+
+def _unwrapped_names(schemas: _Schemas) -> frozenset[str]:
+    """The declared tools a call without the ``<tool_call>`` wrapper may name: those whose
+    ``<function=NAME>`` the format can carry."""
+    return frozenset(name for name in schemas if mk.call_name_problem(name) is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -915,6 +1034,13 @@ class _Machine:
         self.stop_at_first_call = False
         self.reasoning_quotes = _Quotes(spans=True)
         self.content_quotes = _Quotes(spans=False)
+        # A call without the <tool_call> wrapper starts with a line-start <function=NAME> of a
+        # declared tool: content is held back only while it is a prefix of one of these tags.
+        self.openers = frozenset(f"{_FUNCTION}{name}>" for name in _unwrapped_names(schemas))
+        self.opener_prefixes = frozenset(o[:n] for o in self.openers for n in range(1, len(o)))
+        self.longest_opener = max(map(len, self.openers), default=0)
+        self.line_start = True  # content so far ends a line (or there is none yet)
+        self.opening: _Item | None = None  # held content that may open an unwrapped call
 
     def push(self, is_marker: bool, text: str) -> None:
         if text:
@@ -933,10 +1059,54 @@ class _Machine:
     def _say(self, text: str, is_marker: bool = False) -> None:
         if is_marker:
             self.content_quotes.marker()
-        else:
+            self.line_start = False
+        elif text:
             self.content_quotes.feed(text)
+            self.line_start = text.endswith("\n")
         self.content.append(text)
         self.events.append(ContentDelta(text))
+
+    def _content_text(self, text: str, start: int) -> None:
+        """Content text, watched for the line-start ``<function=NAME>`` of a declared tool that
+        opens a call without the wrapper (issue 10); only a prefix of such a tag is held."""
+        if not self.openers:
+            self._say(text)
+            return
+        if self.opening is not None:
+            _, held, start = self.opening
+            self.opening = None
+            text = held + text
+        said = 0
+        at = 0 if self.line_start and text.startswith("<") else self._next_line_tag(text, 0)
+        while at >= 0:
+            if at > said:
+                self._say(text[said:at])  # the fence state at `at` needs the text before it
+                said = at
+            if not self.content_quotes.quoted:
+                gt = text.find(">", at, at + self.longest_opener)
+                head = text[at : gt + 1] if gt >= 0 else text[at : at + self.longest_opener]
+                if gt >= 0 and head in self.openers:
+                    self.state = _TAIL
+                    self.tail = [(False, text[at:], start + at)]
+                    return
+                if gt < 0 and at + len(head) == len(text) and head in self.opener_prefixes:
+                    self.opening = (False, head, start + at)
+                    return
+            at = self._next_line_tag(text, at + 1)
+        if said < len(text):
+            self._say(text[said:])
+
+    @staticmethod
+    def _next_line_tag(text: str, pos: int) -> int:
+        at = text.find("\n<", pos - 1 if pos else 0)
+        return -1 if at < 0 else at + 1
+
+    def _release_opening(self) -> None:
+        """What was held as a possible unwrapped call is content after all."""
+        if self.opening is not None:
+            _, held, _ = self.opening
+            self.opening = None
+            self._say(held)
 
     def _handle(self, is_marker: bool, text: str, start: int) -> None:
         if self.ahead is not None:
@@ -946,6 +1116,10 @@ class _Machine:
         if state == _TAIL:
             self.tail.append((is_marker, text, start))
         elif state == _CONTENT:
+            if not is_marker:
+                self._content_text(text, start)
+                return
+            self._release_opening()
             if is_marker:
                 if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted:
                     self.ahead = _Lookahead(_CONTENT, (True, text, start))
@@ -1062,6 +1236,7 @@ class _Machine:
 
     def end(self) -> None:
         """End of input: settle everything held back."""
+        self._release_opening()  # a tag cut off before its '>' opens no call
         while True:
             if self.ahead is not None:
                 # Only whitespace or a prefix of <function= followed the <tool_call>: the output

@@ -99,14 +99,39 @@ def markup_values(n: int) -> str:
     return "</think>" + span("w", ("content", body), ("path", "p"))
 
 
-@pytest.mark.parametrize("shape", [whitespace_in_an_open_call, markup_values])
+WRITE_TOOL = [{"name": "write_file", "parameters": {"properties": {"path": {}, "content": {}}}}]
+
+
+def unwrapped_near_misses(n: int) -> str:
+    # Content whose every line may still open a call without the wrapper until its last byte.
+    line = "<function=write_fil\n<function=write_files>\n"
+    return "</think>" + line * (n // len(line))
+
+
+def unwrapped_blocks(n: int) -> str:
+    block = (
+        "<function=write_file>\n<parameter=path>\np\n</parameter>\n<parameter=content>\n"
+        "</parameter>\n<parameter=path>\n</function>\n</tool_call>\n</parameter>\n</function>\n"
+    )
+    return "</think>" + block * (n // len(block))
+
+
+@pytest.mark.parametrize(
+    ("shape", "tools"),
+    [
+        (whitespace_in_an_open_call, None),
+        (markup_values, None),
+        (unwrapped_near_misses, WRITE_TOOL),
+        (unwrapped_blocks, WRITE_TOOL),
+    ],
+)
 @pytest.mark.parametrize("kind", ["text", "ids"])
-def test_feed_cost_is_linear(shape: Callable[[int], str], kind: str) -> None:
+def test_feed_cost_is_linear(shape: Callable[[int], str], tools: Any, kind: str) -> None:
     def run(n: int) -> tuple[int, int]:
         """(most lines one feed ran, lines of the whole run including finish)."""
         text = shape(n)
         deltas: list[Any] = list(text) if kind == "text" else [[i] for i in BYTES.encode(text)]
-        parser = StreamParser(encoder=BYTES if kind == "ids" else None)
+        parser = StreamParser(tools=tools, encoder=BYTES if kind == "ids" else None)
         most = 0
 
         def feed(delta: Any) -> None:

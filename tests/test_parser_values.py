@@ -22,7 +22,13 @@ from hypothesis import strategies as st
 from qwen_encode import markers as mk
 from qwen_encode.conversation import ToolCall, Turn
 from qwen_encode.errors import ParseError
-from qwen_encode.parser import Completion, parse_completion, typed_parameter_value
+from qwen_encode.parser import (
+    Completion,
+    ContentDelta,
+    StreamParser,
+    parse_completion,
+    typed_parameter_value,
+)
 from qwen_encode.protocol import format_tool_call, format_turn
 from tests.test_parser import BYTES, check_events, cut, stream
 
@@ -75,10 +81,14 @@ def real_ids() -> Any:
 
 
 def everywhere(
-    text: str, expected: Completion | type[ParseError], real: Any, thinking: bool = False
+    text: str,
+    expected: Completion | type[ParseError],
+    real: Any,
+    thinking: bool = False,
+    tools: Any = TOOLS,
 ) -> None:
     """Batch, streamed by text and streamed by IDs all give ``expected``."""
-    kwargs: dict[str, Any] = {"tools": TOOLS, "thinking": thinking}
+    kwargs: dict[str, Any] = {"tools": tools, "thinking": thinking}
     rng = random.Random(text)
     runs: list[tuple[list[Any], dict[str, Any]]] = [
         ([text], kwargs),
@@ -394,3 +404,108 @@ def test_history_round_trip_of_a_turn_with_markup() -> None:
     rendered = format_turn(turn).text
     body = rendered[len(mk.TURN_OPEN + "assistant\n") : -len(mk.TURN_CLOSE + "\n")]
     assert parse_completion(body, tools=TOOLS, thinking=False).to_turn() == turn
+
+
+# ============================================================================================
+# A call without the <tool_call> wrapper: a complete line-start <function=NAME>…</function> of a
+# declared tool, outside reasoning and fences (vLLM and llama.cpp dispatch it).
+
+SETUP_CFG = "[metadata]\nname = demo\nversion = 0.1\n"
+UNWRAPPED_WRITE = (
+    "<function=write_file>\n<parameter=path>\nsetup.cfg\n</parameter>\n"
+    f"<parameter=content>\n{SETUP_CFG}\n</parameter>\n</function>"
+)
+WRITE_SETUP = ToolCall("write_file", {"path": "setup.cfg", "content": SETUP_CFG})
+
+
+class TestUnwrappedCalls:
+    def test_a_declared_block_after_prose_is_dispatched(self, real: Any) -> None:
+        text = "Writing the config.\n\n" + UNWRAPPED_WRITE + "\n\nDone."
+        expected = Completion(content="Writing the config.\n\n\n\nDone.", tool_calls=(WRITE_SETUP,))
+        everywhere(text, expected, real)
+
+    def test_two_blocks_and_a_wrapped_call(self, real: Any) -> None:
+        ping = "<function=ping>\n<parameter=host>example.com</parameter>\n</function>"
+        text = UNWRAPPED_WRITE + "\n" + ping + "\n" + format_tool_call("ping", {"host": "b"})
+        expected = Completion(
+            tool_calls=(
+                WRITE_SETUP,
+                ToolCall("ping", {"host": "example.com"}),
+                ToolCall("ping", {"host": "b"}),
+            )
+        )
+        everywhere(text, expected, real)
+
+    def test_after_a_wrapped_call(self, real: Any) -> None:
+        text = format_tool_call("ping", {"host": "a"}) + "\nAnd the config:\n" + UNWRAPPED_WRITE
+        expected = Completion(
+            content="And the config:", tool_calls=(ToolCall("ping", {"host": "a"}), WRITE_SETUP)
+        )
+        everywhere(text, expected, real)
+
+    def test_its_own_tool_call_closer_goes_with_it(self, real: Any) -> None:
+        # vLLM's missing-opening-tag case: only <tool_call> was dropped.
+        text = "Checking.\n" + UNWRAPPED_WRITE + "\n</tool_call>"
+        everywhere(text, Completion(content="Checking.", tool_calls=(WRITE_SETUP,)), real)
+
+    def test_missing_parameter_closers_are_repaired_as_in_a_span(self, real: Any) -> None:
+        text = "<function=edit_file>\n<parameter=path>a.py\n<parameter=old_string>x\n</function>"
+        expected = Completion(
+            tool_calls=(ToolCall("edit_file", {"path": "a.py", "old_string": "x"}),)
+        )
+        everywhere(text, expected, real)
+
+    @pytest.mark.parametrize(
+        ("text", "tools"),
+        [
+            pytest.param("Writing.\n" + UNWRAPPED_WRITE, None, id="no-tools-list"),
+            pytest.param(
+                "Writing.\n" + UNWRAPPED_WRITE.replace("write_file", "write_files"),
+                TOOLS,
+                id="undeclared",
+            ),
+            pytest.param("Writing: " + UNWRAPPED_WRITE, TOOLS, id="mid-line"),
+            pytest.param("Writing.\n " + UNWRAPPED_WRITE, TOOLS, id="indented"),
+            pytest.param(
+                "Writing.\n" + UNWRAPPED_WRITE[: -len("</function>")], TOOLS, id="cut-off"
+            ),
+            pytest.param("Writing.\n" + UNWRAPPED_WRITE[:25], TOOLS, id="cut-in-the-tag"),
+            pytest.param("Like this:\n```\n" + UNWRAPPED_WRITE + "\n```\n", TOOLS, id="fenced"),
+            pytest.param("Note:\n<function=ping>\nhello\n</function>", TOOLS, id="no-parameters"),
+        ],
+    )
+    def test_what_stays_content(self, text: str, tools: Any, real: Any) -> None:
+        everywhere(text, Completion(content=text.strip()), real, tools=tools)
+
+    def test_in_reasoning_it_is_reasoning(self, real: Any) -> None:
+        text = "Maybe:\n" + UNWRAPPED_WRITE + "\nNo, ask first."
+        everywhere(text, Completion(reasoning=text), real, thinking=True)
+
+    def test_after_a_fence_closes_it_runs(self, real: Any) -> None:
+        quoted = "Like this:\n~~~\n" + UNWRAPPED_WRITE + "\n~~~\nNow for real:\n"
+        text = quoted + UNWRAPPED_WRITE
+        everywhere(text, Completion(content=quoted.strip(), tool_calls=(WRITE_SETUP,)), real)
+
+    def test_a_fence_after_a_call_quotes_a_later_call(self, real: Any) -> None:
+        # Fences in content are tracked after the first call too.
+        first = format_tool_call("ping", {"host": "a"})
+        quoted = "\nExample:\n```\n" + first + "\n" + UNWRAPPED_WRITE + "\n```\nDone."
+        text = first + quoted
+        expected = Completion(content=quoted.strip(), tool_calls=(ToolCall("ping", {"host": "a"}),))
+        everywhere(text, expected, real)
+
+
+def test_content_streams_while_no_unwrapped_call_can_start() -> None:
+    """Content is held back only while it is a prefix of a declared tool's line-start tag."""
+    parser = StreamParser(tools=TOOLS, thinking=False)
+    said = ""
+    for ch in "Intro\n<functional style>\n<function=ping_all>\n<function=writ":
+        said += "".join(e.text for e in parser.feed(ch) if isinstance(e, ContentDelta))
+    assert said == "Intro\n<functional style>\n<function=ping_all>\n"
+    said += "".join(e.text for e in parser.feed("x") if isinstance(e, ContentDelta))
+    assert said.endswith("<function=writx")
+    for ch in "\n<function=ping>\n<parameter=host>\nh\n</parameter>\n":
+        said += "".join(e.text for e in parser.feed(ch) if isinstance(e, ContentDelta))
+    assert not said.endswith("\n<function=ping>\n"), "a possible call is not content yet"
+    parser.feed("</function>")
+    assert parser.finish().tool_calls == (ToolCall("ping", {"host": "h"}),)
