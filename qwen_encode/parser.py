@@ -48,6 +48,7 @@ ends. Both are appended to in O(1) per piece and read once, in linear time.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import operator
@@ -451,22 +452,30 @@ def _tools_json(text: str, where: str) -> Any:
 # 1. Span ends (``_span_ends``): which ``</tool_call>`` closes each call. A reading puts every
 #    closer (``</parameter>``, ``</function>``, ``</tool_call>``) either inside a call or in the
 #    content after it, where it is an orphan. Readings are ranked: a trailing call left open
-#    loses to one that closes; then fewer orphans win; then fewer ends that need a repair (a
-#    ``</tool_call>`` not preceded by ``</parameter>``/``<function=…>`` + ``</function>``); then
-#    the earlier end (more calls: structure wins over data). An unwrapped block (a line-start
-#    ``<function=NAME>`` of a declared tool in content) ends at a ``</function>`` ranked the same
-#    way, or is content when none ends it. The forward pass feeds the content it walks through
-#    a fence tracker, so a call start quoted in a fenced block after an earlier call is text.
+#    loses to one that closes; then fewer orphans win; then fewer calls to undeclared tools;
+#    then fewer *unbalanced* spans (whose ``</tool_call>`` is not the one matching their
+#    ``<tool_call>``, nesting counted: a value quoting whole example calls keeps them inside);
+#    then fewer ends that need a repair (a ``</tool_call>`` not preceded by ``</parameter>``/
+#    ``<function=…>`` + ``</function>``); then the earlier end (more calls: structure wins over
+#    data). An unwrapped block (a line-start ``<function=NAME>`` of a declared tool in content)
+#    ends at a ``</function>`` ranked the same way, or is content when none ends it. The forward
+#    pass feeds the content it walks through a fence tracker, so a call start quoted in a fenced
+#    block after an earlier call is text.
 # 2. Parameters (``_parse_span``): inside one closed span, ``</parameter>`` + ``<parameter=Q>``
 #    is a junction when the tool can take Q (declared when the tool has a schema, not the first
 #    parameter, a name the format can carry). Each name is given once: a name with one junction
-#    takes it; a name with several takes the one that keeps the schema's parameter order, and
-#    when that does not single one out, both readings render to the same text: ParseError.
+#    takes it; a name with several takes the one that keeps the schema's parameter order; then
+#    the one whose reading leaves the fewest unbalanced tags in the values (``_Balance``: a value
+#    holding a complete example call keeps it whole). When that does not single one out either,
+#    both readings render to the same text: ParseError naming both offsets.
 
-_PARAMETER_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>")  # drift: </parameter1>
 _LAST_PARAMETER_END_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>$")
 _CLOSER_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>|</function>")
-_JUNCTION_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*<parameter=([^<>\n]*)>")
+# Drifted closers (SGLang): "</parameter1>", or "</parameter" whose ">" never came before the
+# line break and the next <parameter=.
+_JUNCTION_RE: Final = re.compile(
+    r"</parameter(?:[A-Za-z0-9_-]{0,16}>|(?=\s))\s*<parameter=([^<>\n]*)>"
+)
 _LINE_JUNCTION_RE: Final = re.compile(r"\n<parameter=([^<>\n]*)>")
 # One span may hold several function blocks; "</tool_call>" missing between two is repaired.
 _NEXT_FUNCTION_RE: Final = re.compile(
@@ -550,6 +559,7 @@ def _junctions(
             continue
         by_name.setdefault(name, []).append((match.start(), match.end(), name))
     chosen = [places[0] for places in by_name.values() if len(places) == 1]
+    balance: _Balance | None = None
     for name, places in by_name.items():
         if len(places) == 1:
             continue
@@ -561,6 +571,9 @@ def _junctions(
             low, high = max(before, default=-1), min(after, default=end)
             if tool.order.get(first, -1) < rank:
                 fits = [place for place in places if low < place[0] < high]
+        if len(fits) > 1:
+            balance = balance or _Balance(flat, start, end)
+            fits = balance.best(fits, chosen)
         if len(fits) != 1:
             a, b = (fits or places)[:2]
             raise ParseError(
@@ -573,6 +586,96 @@ def _junctions(
         chosen.append(fits[0])
     chosen.sort()
     return chosen
+
+
+# The call format's tags, for telling a quoted example from the real structure: an example
+# quoted in a value holds its tags balanced (each closer after its opener).
+_MARKUP_RE: Final = re.compile(
+    r"(<tool_call>|<function=|<parameter=)|</tool_call>|</function>|</parameter[A-Za-z0-9_-]{0,16}>"
+)
+
+
+class _Balance:
+    """Tells a quoted example from the real structure: an example quoted in a value holds its
+    tags balanced (each closer after its opener, every opener closed). Of several junctions that
+    may start one parameter, ``best`` keeps those whose reading leaves the fewest unbalanced tags
+    in the values, so a value holding a complete example call keeps it whole.
+
+    Linear: the block's tags are found once; each candidate's value is scanned once from each
+    side. The scans of one block are capped at a few times its tag count; past that the
+    candidates are left as they are (then ``_junctions`` raises the ambiguity, never guesses).
+    """
+
+    def __init__(self, flat: str, start: int, end: int) -> None:
+        self.tags = [
+            (m.start(), m.group(1) is not None) for m in _MARKUP_RE.finditer(flat, start, end)
+        ]
+        self.positions = [pos for pos, _ in self.tags]
+        self.start, self.end = start, end
+        self.budget = 4 * len(self.tags) + 64
+
+    def best(
+        self, fits: list[tuple[int, int, str]], chosen: list[tuple[int, int, str]]
+    ) -> list[tuple[int, int, str]]:
+        bounds = sorted(chosen)
+        starts = [a for a, _, _ in bounds]
+        groups: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+        for candidate in fits:
+            # The value that holds the candidate when the candidate is data.
+            k = bisect.bisect_left(starts, candidate[0])
+            low = bounds[k - 1][1] if k else self.start
+            high = bounds[k][0] if k < len(bounds) else self.end
+            groups.setdefault((low, high), []).append(candidate)
+        delta: dict[int, int] = {}
+        for (low, high), members in groups.items():
+            first = bisect.bisect_left(self.positions, low)
+            last = bisect.bisect_left(self.positions, high)
+            self.budget -= 2 * (last - first)
+            if self.budget < 0:
+                return fits
+            tags = self.tags[first:last]
+            members.sort()
+            whole = _imbalance(t for _, t in tags)
+            left = _running_imbalance(tags, [c[0] for c in members], forward=True)
+            right = _running_imbalance(tags, [c[1] for c in members], forward=False)
+            for candidate, a, b in zip(members, left, right, strict=True):
+                delta[candidate[0]] = a + b - whole
+        least = min(delta.values())
+        return [c for c in fits if delta[c[0]] == least]
+
+
+def _imbalance(openers: Iterable[bool]) -> int:
+    """Closers without an opener before them plus openers never closed."""
+    depth = orphans = 0
+    for opener in openers:
+        if opener:
+            depth += 1
+        elif depth:
+            depth -= 1
+        else:
+            orphans += 1
+    return orphans + depth
+
+
+def _running_imbalance(tags: list[tuple[int, bool]], cuts: list[int], forward: bool) -> list[int]:
+    """For each cut (ascending), ``_imbalance`` of the tags before it (``forward``) or from it
+    on, in one pass. Matching one kind of bracket is the same read from either side."""
+    out = [0] * len(cuts)
+    depth = orphans = 0
+    order = range(len(cuts)) if forward else range(len(cuts) - 1, -1, -1)
+    stream = iter(tags if forward else reversed(tags))
+    pending = next(stream, None)
+    for k in order:
+        while pending is not None and (pending[0] < cuts[k] if forward else pending[0] >= cuts[k]):
+            if pending[1] == forward:
+                depth += 1
+            elif depth:
+                depth -= 1
+            else:
+                orphans += 1
+            pending = next(stream, None)
+        out[k] = orphans + depth
+    return out
 
 
 def _parse_block(flat: str, pos: int, end: int, schemas: _Schemas, base: int) -> ToolCall:
@@ -748,49 +851,66 @@ def _best_reading(
 ) -> _Reading:
     count = len(events)
     big = count + 1
-    orphan = big * big  # costs, most important first: unterminated, orphans, unknown, repairs
-    never = orphan * big * big  # an unwrapped block that never completes is no block
+    # Costs, most important first: the last call left open, orphan closers, calls to undeclared
+    # tools, unbalanced spans, repairs. A span is balanced when its </tool_call> is the one that
+    # matches its <tool_call> (nesting counted): a value quoting whole calls keeps them inside.
+    unbalanced = big
+    unknown_cost = big**2
+    orphan = big**3
+    open_call = big**4
+    never = big**5  # an unwrapped block that never completes is no block
+    matching = [-1] * count  # for a call start, the index of the </tool_call> that matches it
+    starts: list[int] = []
+    for i, (_, kind) in enumerate(events):
+        if kind == _START_CALL:
+            starts.append(i)
+        elif kind == _TOOL_CALL_END and starts:
+            matching[starts.pop()] = i
     in_call = [0] * (count + 1)
     in_block = [0] * (count + 1)
     in_content = [0] * (count + 1)
-    in_call[count] = orphan * big  # the output ended inside a call: not dispatched
+    in_call[count] = open_call  # the output ended inside a call: not dispatched
     in_block[count] = never
     end_cost = [0] * count
+    start_cost = [0] * count
     for i in range(count - 1, -1, -1):
         kind = events[i][1]
         in_call[i], in_block[i] = in_call[i + 1], in_block[i + 1]
         if kind == _START_CALL:
             start = in_call[i + 1]
+            if matching[i] >= 0:
+                start = min(start, end_cost[matching[i]])
             if empty[i] >= 0:
                 start = min(start, in_content[empty[i] + 1])
-            in_content[i] = start + (big if unknown[i] else 0)
+            start_cost[i] = start
+            in_content[i] = start + (unknown_cost if unknown[i] else 0)
         elif kind == _BLOCK:
             in_content[i] = min(in_block[i + 1], in_content[i + 1])
         else:
             in_content[i] = in_content[i + 1] + orphan
             end_cost[i] = in_content[consumes[i]] + (0 if strong[i] else 1)
             if kind == _TOOL_CALL_END:
-                in_call[i] = min(end_cost[i], in_call[i + 1])
+                in_call[i] = min(end_cost[i] + unbalanced, in_call[i + 1])
             elif kind == _FUNCTION_CLOSER:
                 in_block[i] = min(end_cost[i], in_block[i + 1])
+
+    def closes(i: int) -> int:
+        """How the call starting at event ``i`` ends: the index of its </tool_call> when that
+        is known now (its whole empty block, or its matching closer), else -1."""
+        if empty[i] >= 0 and in_content[empty[i] + 1] == start_cost[i]:
+            return empty[i]
+        if matching[i] >= 0 and end_cost[matching[i]] == start_cost[i]:
+            return matching[i]
+        return -1
+
     parts: list[_Part] = []
     quotes = _Quotes(spans=False)  # content after a call: a fenced <tool_call> is text
     seen = 0  # content fed to ``quotes`` so far
-    state, opened, i = _CALL, 0, 0
-    if events[0][1] == _BLOCK:
-        state = _CONTENT
-    elif empty[0] >= 0 and in_content[empty[0] + 1] <= in_call[1]:
-        state, i = _CONTENT, empty[0]
-        seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
-        parts.append(_Part(0, seen, seen, True))
-        quotes.marker()
-        i += 1
-    else:
-        i = 1
+    state, opened, i = _CONTENT, 0, 0
     while i < count:
         pos, kind = events[i]
         if state == _CALL:
-            if kind == _TOOL_CALL_END and end_cost[i] <= in_call[i + 1]:
+            if kind == _TOOL_CALL_END and end_cost[i] + unbalanced <= in_call[i + 1]:
                 seen = pos + len(mk.TOOL_CALL_CLOSE)
                 parts.append(_Part(opened, seen, seen, True))
                 state = _CONTENT
@@ -808,11 +928,13 @@ def _best_reading(
         elif kind in (_START_CALL, _BLOCK):
             quotes.feed(flat[seen:pos])
             seen = pos
-            if quotes.quoted:
+            # The tail's first call start was checked by the outer level (never quoted).
+            if quotes.quoted and i > 0:
                 pass
             elif kind == _START_CALL:
-                if empty[i] >= 0 and in_content[empty[i] + 1] <= in_call[i + 1]:
-                    i = empty[i]
+                end = closes(i)
+                if end >= 0:
+                    i = end
                     seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
                     parts.append(_Part(pos, seen, seen, True))
                     quotes.marker()

@@ -116,6 +116,15 @@ def unwrapped_blocks(n: int) -> str:
     return "</think>" + block * (n // len(block))
 
 
+def example_calls_in_a_value(n: int) -> str:
+    # Every example repeats the junction that starts `content`: the balance of the tags decides,
+    # in one scan per side, not one per candidate.
+    example = span("write_file", ("path", "out.txt"), ("content", "hello")) + "\n"
+    return "</think>" + span(
+        "write_file", ("path", "p"), ("content", example * (n // len(example)))
+    )
+
+
 @pytest.mark.parametrize(
     ("shape", "tools"),
     [
@@ -123,6 +132,7 @@ def unwrapped_blocks(n: int) -> str:
         (markup_values, None),
         (unwrapped_near_misses, WRITE_TOOL),
         (unwrapped_blocks, WRITE_TOOL),
+        (example_calls_in_a_value, WRITE_TOOL),
     ],
 )
 @pytest.mark.parametrize("kind", ["text", "ids"])

@@ -140,6 +140,42 @@ class TestValuesHoldingMarkup:
             text = format_tool_call("write_file", args)
             everywhere(text, Completion(tool_calls=(ToolCall("write_file", args),)), real)
 
+    def test_fixture_of_a_call_to_the_same_tool(self, real: Any) -> None:
+        # The fixture's "</parameter>\n<parameter=content>" could start `content` too; read so,
+        # `path` would end in an orphan "</parameter>" and open tags, and `content` would hold
+        # three orphan closers. The reading that keeps the example whole is the one meant.
+        fixture = format_tool_call("write_file", {"path": "out.txt", "content": "hello"})
+        for args in (
+            {"path": "tests/fixtures/call.txt", "content": fixture},
+            {"path": "tests/fixtures/call.txt", "content": 'doc = """\n' + fixture + '\n"""'},
+        ):
+            text = format_tool_call("write_file", args)
+            everywhere(text, Completion(tool_calls=(ToolCall("write_file", args),)), real)
+
+    def test_value_ending_in_two_example_calls(self, real: Any) -> None:
+        # Closing the real call at the first example's </tool_call> leaves no orphan either:
+        # the second example would then be a call holding the real closers. Only the reading
+        # whose </tool_call> matches its own <tool_call> keeps both examples whole.
+        ping = format_tool_call("ping", {"host": "example.com"})
+        doc = "# Calls\n\nTwo pings:\n\n" + ping + "\n" + ping
+        args = {"path": "docs/calls.md", "content": doc}
+        text = format_tool_call("write_file", args) + "\nWritten."
+        expected = Completion(content="Written.", tool_calls=(ToolCall("write_file", args),))
+        everywhere(text, expected, real)
+
+    def test_python_fixture_then_a_second_call(self, real: Any) -> None:
+        fixture = format_tool_call("write_file", {"path": "out.txt", "content": "hello"})
+        module = (
+            f'FIXTURE = """\n{fixture}\n"""\n\n\ndef test_parse():\n    assert parse(FIXTURE)\n'
+        )
+        first = {"path": "tests/test_fixture.py", "content": module}
+        second = {"path": "tests/__init__.py", "content": ""}
+        text = format_tool_call("write_file", first) + "\n" + format_tool_call("write_file", second)
+        expected = Completion(
+            tool_calls=(ToolCall("write_file", first), ToolCall("write_file", second))
+        )
+        everywhere(text, expected, real)
+
     def test_edit_whose_new_string_holds_a_parameter_junction(self, real: Any) -> None:
         args = {
             "path": "tests/test_x.py",
@@ -298,6 +334,15 @@ class TestDrift:
         )
         c = parse_completion(text, tools=TOOLS, thinking=False)
         assert c.tool_calls == (ToolCall("ping", {"host": "example.com"}),)
+
+    def test_parameter_closer_missing_its_bracket(self, real: Any) -> None:
+        # SGLang: "</parameter" then the line break; read as data it gave city the whole text.
+        text = (
+            "<tool_call>\n<function=edit_file>\n<parameter=path>\na.py\n</parameter\n"
+            "<parameter=old_string>\nx = 1\n</parameter>\n</function>\n</tool_call>"
+        )
+        call = ToolCall("edit_file", {"path": "a.py", "old_string": "x = 1"})
+        everywhere(text, Completion(tool_calls=(call,)), real)
 
 
 class TestTyping:
