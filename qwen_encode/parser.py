@@ -55,7 +55,6 @@ import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Protocol, TypeAlias
 
 from . import markers as mk
@@ -330,19 +329,14 @@ def _schema_types(schema: Any, depth: int = 0) -> _Types:
 
 
 def _as_integer(text: str) -> Any:
+    # Only digits: "5.0" and "1e3" are how a float is written, and a value that is not written
+    # as the schema's type stays the text (issue 10: floats stay floats; vLLM's int("5.0")
+    # fails and keeps the string too). Leading zeros are fine: "007" is 7.
     if _LOOSE_INT.fullmatch(text):
         try:
             return int(text)  # exact, however many digits (up to Python's digit limit)
         except ValueError:
             return _NO_FIT
-    if _JSON_NUMBER.fullmatch(text):
-        # JSON Schema's integer is a mathematical integer: 5.0 and 1e3 are integers too.
-        try:
-            number = Decimal(text)
-            if number == number.to_integral_value() and number.adjusted() < 4000:
-                return int(number)
-        except (InvalidOperation, ValueError):
-            pass
     return _NO_FIT
 
 
