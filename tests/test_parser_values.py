@@ -252,6 +252,30 @@ class TestQuotedExamples:
         )
         everywhere(text, expected, real)
 
+    def test_after_a_call_a_fenced_example_is_text_and_the_next_call_runs(self, real: Any) -> None:
+        first = format_tool_call("write_file", {"path": "a.txt", "content": "a"})
+        quoted = "\nTo ping, write:\n~~~\n" + self.CALL + "\n~~~\nPinging now.\n"
+        text = first + quoted + self.CALL
+        expected = Completion(
+            content=quoted.strip(),
+            tool_calls=(
+                ToolCall("write_file", {"path": "a.txt", "content": "a"}),
+                ToolCall("ping", {"host": "example.com"}),
+            ),
+        )
+        everywhere(text, expected, real)
+
+    def test_a_fence_inside_a_value_quotes_nothing_after_the_call(self, real: Any) -> None:
+        # Fences are tracked in content only: a value's unclosed ``` is the file's business.
+        readme = "# Demo\n\n```python\nprint('hi')\n"
+        first = {"path": "README.md", "content": readme}
+        text = format_tool_call("write_file", first) + "\nNow the check:\n" + self.CALL
+        expected = Completion(
+            content="Now the check:",
+            tool_calls=(ToolCall("write_file", first), ToolCall("ping", {"host": "example.com"})),
+        )
+        everywhere(text, expected, real)
+
     def test_fence_markers_must_match(self) -> None:
         # A ~~~ line does not close a ``` fence.
         text = f"```\n~~~\n{self.CALL}\n```\n"
