@@ -846,13 +846,16 @@ def _best_reading(
     count = len(events)
     big = count + 1
     # Costs, most important first: the last call left open, orphan closers, calls to undeclared
-    # tools, unbalanced spans, repairs. A span is balanced when its </tool_call> is the one that
-    # matches its <tool_call> (nesting counted): a value quoting whole calls keeps them inside.
+    # tools, calls without the wrapper, unbalanced spans, repairs. A span is balanced when its
+    # </tool_call> is the one that matches its <tool_call> (nesting counted): a value quoting
+    # whole calls keeps them inside. An unwrapped block is a repair of the model's output, so
+    # it never wins over a reading that keeps the same text inside a wrapped call's value.
     unbalanced = big
-    unknown_cost = big**2
-    orphan = big**3
-    open_call = big**4
-    never = big**5  # an unwrapped block that never completes is no block
+    block_cost = big**2
+    unknown_cost = big**3
+    orphan = big**4
+    open_call = big**5
+    never = big**6  # an unwrapped block that never completes is no block
     matching = [-1] * count  # for a call start, the index of the </tool_call> that matches it
     starts: list[int] = []
     for i, (_, kind) in enumerate(events):
@@ -879,7 +882,7 @@ def _best_reading(
             start_cost[i] = start
             in_content[i] = start + (unknown_cost if unknown[i] else 0)
         elif kind == _BLOCK:
-            in_content[i] = min(in_block[i + 1], in_content[i + 1])
+            in_content[i] = min(in_block[i + 1] + block_cost, in_content[i + 1])
         else:
             in_content[i] = in_content[i + 1] + orphan
             end_cost[i] = in_content[consumes[i]] + (0 if strong[i] else 1)
@@ -934,7 +937,7 @@ def _best_reading(
                     quotes.marker()
                 else:
                     state, opened = _CALL, pos
-            elif in_block[i + 1] <= in_content[i + 1]:
+            elif in_block[i + 1] + block_cost <= in_content[i + 1]:
                 state, opened = _IN_BLOCK, pos
         i += 1
     return _Reading(tuple(parts), opened if state == _CALL else None)
@@ -971,9 +974,13 @@ def _read_tail(items: list[_Item], schemas: _Schemas) -> Iterator[tuple[str, Any
     ]
     declared = _unwrapped_names(schemas)
     for m in _UNWRAPPED_RE.finditer(flat):
-        # The <function=NAME> of a wrapped call is that call's, not a call of its own.
-        if m.group(1) in declared and not flat.endswith(
-            mk.TOOL_CALL_OPEN, 0, _skip_ws_back(flat, m.start(), 0)
+        # The <function=NAME> of a wrapped call is that call's, not a call of its own; and a
+        # block is one only in the format's shape (a parameter or its </function> next).
+        body = _skip_ws(flat, m.end(), len(flat))
+        if (
+            m.group(1) in declared
+            and flat.startswith((_PARAMETER, _FUNCTION_END), body)
+            and not flat.endswith(mk.TOOL_CALL_OPEN, 0, _skip_ws_back(flat, m.start(), 0))
         ):
             events.append((m.start(), _BLOCK))
     events.sort()

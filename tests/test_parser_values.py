@@ -546,6 +546,18 @@ class TestUnwrappedCalls:
     def test_what_stays_content(self, text: str, tools: Any, real: Any) -> None:
         everywhere(text, Completion(content=text.strip()), real, tools=tools)
 
+    def test_inside_a_value_after_a_quoted_closer_it_is_data(self, real: Any) -> None:
+        # Read as a call closed at the quoted </tool_call> plus an unwrapped ping, the value's
+        # real closers would be the ping's; the wrapper is the model's word that this is one
+        # call, and an unwrapped block never beats a reading that keeps the text inside it.
+        doc = (
+            "A call ends with\n</tool_call>\nand one without the wrapper looks like\n"
+            "<function=ping>\n<parameter=host>\nexample.com"
+        )
+        args = {"path": "docs/format.md", "content": doc}
+        text = format_tool_call("write_file", args)
+        everywhere(text, Completion(tool_calls=(ToolCall("write_file", args),)), real)
+
     def test_in_reasoning_it_is_reasoning(self, real: Any) -> None:
         text = "Maybe:\n" + UNWRAPPED_WRITE + "\nNo, ask first."
         everywhere(text, Completion(reasoning=text), real, thinking=True)
