@@ -35,6 +35,7 @@ from qwen_encode.parser import (
     parse_tool_call,
     typed_parameter_value,
 )
+from tests.byte_ids import ByteEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b" / "tokenizer.json"
@@ -740,49 +741,6 @@ class TestValueText:
 
 # ============================================================================================
 # Token IDs
-
-
-class ByteEncoder:
-    """A byte-level stand-in for the real encoder: one token per UTF-8 byte (ID = byte + 1000),
-    marker IDs below 1000. Like byte-level BPE, a run cut inside a character decodes to U+FFFD."""
-
-    def __init__(self) -> None:
-        self.marker_ids = {marker: i for i, marker in enumerate(mk.ALL_ADDED_TOKENS)}
-        self._markers = {i: marker for marker, i in self.marker_ids.items()}
-
-    def text(self, text: str) -> list[int]:
-        """Ordinary tokens for ``text``: a marker spelled in it stays ordinary bytes."""
-        return [b + 1000 for b in text.encode()]
-
-    def marker(self, marker: str) -> list[int]:
-        return [self.marker_ids[marker]]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        out: list[str] = []
-        run: list[int] = []
-        for i in ids:
-            if i >= 1000:
-                run.append(i - 1000)
-                continue
-            out.append(bytes(run).decode("utf-8", "replace"))
-            run = []
-            out.append(self._markers[i])
-        out.append(bytes(run).decode("utf-8", "replace"))
-        return "".join(out)
-
-    def encode(self, text: str) -> list[int]:
-        """Like a tokenizer on model output: every marker spelling becomes its atomic ID."""
-        ids: list[int] = []
-        rest = text
-        while rest:
-            hits = [(rest.find(m), m) for m in mk.PROTOCOL_MARKERS if m in rest]
-            if not hits:
-                ids += self.text(rest)
-                break
-            at, marker = min(hits)
-            ids += self.text(rest[:at]) + self.marker(marker)
-            rest = rest[at + len(marker) :]
-        return ids
 
 
 BYTES = ByteEncoder()
