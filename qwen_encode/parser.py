@@ -883,6 +883,9 @@ def _best_reading(
             in_content[i] = start + (unknown_cost if unknown[i] else 0)
         elif kind == _BLOCK:
             in_content[i] = min(in_block[i + 1] + block_cost, in_content[i + 1])
+            # A block running over another block's start costs as much as that block would:
+            # two blocks in a row are not read as one holding the other.
+            in_block[i] = in_block[i + 1] + block_cost
         else:
             in_content[i] = in_content[i + 1] + orphan
             end_cost[i] = in_content[consumes[i]] + (0 if strong[i] else 1)
