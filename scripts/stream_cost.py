@@ -8,10 +8,12 @@ tool calls with multi-line string and JSON values) one token at a time, and prin
   ../shared/checkpoints is present, else 4-character slices);
 * ``ids``: token IDs, decoded by the real tokenizer (needs ../shared/checkpoints).
 
-Three shapes (``--shapes``): ``plain`` (the above), ``markup`` (every written file documents the
-call format: its value holds complete example calls, closers and junctions, all data), and
-``spaces`` (issue 9 item 3: whitespace inside an open call, then a nested ``<tool_call>``; it
-ends in a ParseError, the cost of finding out is what is measured).
+Four shapes (``--shapes``): ``plain`` (the above), ``markup`` (every written file documents the
+call format: its value holds complete example calls, closers and junctions, all data),
+``unwrapped`` (calls without the ``<tool_call>`` wrapper after content lines that could open one,
+each writing a file that quotes a complete call to the same tool), and ``spaces`` (issue 9
+item 3: whitespace inside an open call, then a nested ``<tool_call>``; it ends in a ParseError,
+the cost of finding out is what is measured).
 
     .venv/bin/python scripts/stream_cost.py [--sizes 10000 100000 1000000] [--runs 5]
 """
@@ -72,6 +74,16 @@ MARKUP_CALL = (
     "<parameter=y>\n</parameter>\n</function>\n</tool_call>\nEnd.\n</parameter>\n"
     "<parameter=retries>\n3\n</parameter>\n</function>\n" + mk.TOOL_CALL_CLOSE + "\n"
 )
+# Issue 10: a call without the <tool_call> wrapper, after content lines that could open one
+# until their last characters (held back, then released), writing a file that quotes a complete
+# call to the same tool (the junction balance decides which "<parameter=content>" is real).
+UNWRAPPED_CALL = (
+    "<function=write_files>\n<function=write_fil\n"
+    "<function=write_file>\n<parameter=path>\ndocs/same.md\n</parameter>\n<parameter=content>\n"
+    "Example:\n<tool_call>\n<function=write_file>\n<parameter=path>\nx.txt\n</parameter>\n"
+    "<parameter=content>\nhi\n</parameter>\n</function>\n</tool_call>\nEnd.\n</parameter>\n"
+    "</function>\n"
+)
 SPACES_HEAD = mk.THINK_CLOSE + mk.TOOL_CALL_OPEN + "\n<function=f>\n"
 SPACES_TAIL = mk.TOOL_CALL_OPEN + "\n<function=g>\n</function>\n" + mk.TOOL_CALL_CLOSE
 
@@ -116,7 +128,7 @@ def completion(tokens: _Tokens, size: int, kind: str, shape: str) -> tuple[list[
         head, tail = split(SPACES_HEAD), split(SPACES_TAIL)
         space = split(" ")
         return head + space * (size - len(head) - len(tail)) + tail, None
-    block = MARKUP_CALL if shape == "markup" else CALL
+    block = {"markup": MARKUP_CALL, "unwrapped": UNWRAPPED_CALL}.get(shape, CALL)
     reasoning, close, content, call = (
         split(b) for b in (REASONING, mk.THINK_CLOSE + "\n\n", CONTENT, block)
     )
@@ -167,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=["text", "ids", "both"], default="both")
     parser.add_argument(
-        "--shapes", nargs="+", choices=["plain", "markup", "spaces"], default=["plain", "markup"]
+        "--shapes",
+        nargs="+",
+        choices=["plain", "markup", "unwrapped", "spaces"],
+        default=["plain", "markup", "unwrapped"],
     )
     args = parser.parse_args(argv)
 
