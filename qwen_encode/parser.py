@@ -929,7 +929,7 @@ def _best_reading(
             quotes.feed(flat[seen:pos])
             seen = pos
             # The tail's first call start was checked by the outer level (never quoted).
-            if quotes.quoted and i > 0:
+            if quotes.quoted() and i > 0:
                 pass
             elif kind == _START_CALL:
                 end = closes(i)
@@ -1075,16 +1075,21 @@ class _Quotes:
     a run of backticks closed by the next run of the same length on the same line.
     """
 
-    __slots__ = ("code", "fence", "head", "spans")
+    __slots__ = ("code", "fence", "head", "spans", "tick")
 
     def __init__(self, spans: bool) -> None:
         self.spans = spans
         self.fence: str | None = None
         self.code = 0  # length of the backtick run of an open code span
         self.head: str | None = ""  # the current line so far, while it may be a fence line
+        # A backtick run at the end of the text so far: how long it is depends on the next
+        # piece (a stream may cut "```" into "``" and "`"), so it counts once something else
+        # follows.
+        self.tick = 0
 
-    @property
     def quoted(self) -> bool:
+        """Whether what comes next, a marker or a tag (no backtick, no line break), is quoted."""
+        self.marker()
         return self.fence is not None or self.code > 0
 
     def feed(self, text: str) -> None:
@@ -1092,7 +1097,7 @@ class _Quotes:
         last = len(lines) - 1
         for index, line in enumerate(lines):
             if index:
-                self.head, self.code = "", 0
+                self.head, self.code, self.tick = "", 0, 0
             scan = line
             if self.head is not None:
                 candidate = self.head + line
@@ -1112,19 +1117,37 @@ class _Quotes:
             self._spans(scan)
 
     def _spans(self, scan: str) -> None:
-        if self.spans and self.fence is None and "`" in scan:
-            for run in _BACKTICKS.finditer(scan):
-                width = len(run.group())
-                if self.code == 0:
-                    self.code = width
-                elif self.code == width:
-                    self.code = 0
+        if not self.spans or self.fence is not None or not scan:
+            return
+        for run in _BACKTICKS.finditer(scan):
+            width = run.end() - run.start()
+            if self.tick and run.start() == 0:
+                width += self.tick  # the run began in an earlier piece
+            elif self.tick:
+                self._run(self.tick)
+            self.tick = 0
+            if run.end() == len(scan):
+                self.tick = width
+                return
+            self._run(width)
+        if self.tick:
+            self._run(self.tick)
+            self.tick = 0
+
+    def _run(self, width: int) -> None:
+        if self.code == 0:
+            self.code = width
+        elif self.code == width:
+            self.code = 0
 
     def marker(self) -> None:
-        """A marker token sits on the line: it is no fence line."""
+        """A marker token sits on the line: it is no fence line, and it ends a backtick run."""
         if self.head:
             self._spans(self.head)
         self.head = None
+        if self.tick:
+            self._run(self.tick)
+            self.tick = 0
 
 
 class _Lookahead:
@@ -1208,7 +1231,7 @@ class _Machine:
             if at > said:
                 self._say(text[said:at])  # the fence state at `at` needs the text before it
                 said = at
-            if not self.content_quotes.quoted:
+            if not self.content_quotes.quoted():
                 gt = text.find(">", at, at + self.longest_opener)
                 head = text[at : gt + 1] if gt >= 0 else text[at : at + self.longest_opener]
                 if gt >= 0 and head in self.openers:
@@ -1247,7 +1270,7 @@ class _Machine:
                 return
             self._release_opening()
             if is_marker:
-                if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted:
+                if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted():
                     self.ahead = _Lookahead(_CONTENT, (True, text, start))
                     self.bare = None
                     return
@@ -1265,7 +1288,7 @@ class _Machine:
                 if text == mk.THINK_CLOSE:
                     self.state = _CONTENT
                     return
-                if text == mk.TOOL_CALL_OPEN and not self.reasoning_quotes.quoted:
+                if text == mk.TOOL_CALL_OPEN and not self.reasoning_quotes.quoted():
                     self.ahead = _Lookahead(_REASONING, (True, text, start))
                     return
             self._reason(text, is_marker)

@@ -291,6 +291,27 @@ class TestQuotedExamples:
         )
         everywhere(text, expected, real, thinking=True)
 
+    def test_code_span_of_three_backticks_cut_by_the_stream(self, real: Any) -> None:
+        # Streamed one character at a time, each ``` came as three runs of one and the lone
+        # backtick inside counted as a run of its own: the span stayed open and the real call
+        # below was read as quoted (found by the fuzzer).
+        reasoning = "In Markdown, ```a ` b``` shows a lone backtick; now the ping:"
+        text = reasoning + self.CALL  # on the same line: a span open there would quote it
+        expected = Completion(
+            reasoning=reasoning, tool_calls=(ToolCall("ping", {"host": "example.com"}),)
+        )
+        everywhere(text, expected, real, thinking=True)
+
+    def test_code_span_opening_a_line_quotes_the_marker(self, real: Any) -> None:
+        # "``" at line start might still have become a ``` fence line when the marker came; it
+        # opens a code span all the same, and the quoted opener must not end reasoning.
+        reasoning = "The opener:\n``<tool_call><function=ping>``, then the parameters."
+        text = reasoning + "\n" + self.CALL
+        expected = Completion(
+            reasoning=reasoning, tool_calls=(ToolCall("ping", {"host": "example.com"}),)
+        )
+        everywhere(text, expected, real, thinking=True)
+
     def test_fence_in_unclosed_reasoning_is_text(self, real: Any) -> None:
         reasoning = "Plan:\n```\n" + self.CALL + "\n```\nNow the real one."
         text = reasoning + "\n" + self.CALL
