@@ -1075,7 +1075,7 @@ class _Quotes:
     a run of backticks closed by the next run of the same length on the same line.
     """
 
-    __slots__ = ("code", "fence", "head", "spans", "tick")
+    __slots__ = ("code", "fence", "fence_line", "head", "spans", "tick")
 
     def __init__(self, spans: bool) -> None:
         self.spans = spans
@@ -1086,6 +1086,9 @@ class _Quotes:
         # piece (a stream may cut "```" into "``" and "`"), so it counts once something else
         # follows.
         self.tick = 0
+        # The current line is a fence line: the rest of it (the info string) quotes nothing, in
+        # whatever pieces it comes.
+        self.fence_line = False
 
     def quoted(self) -> bool:
         """Whether what comes next, a marker or a tag (no backtick, no line break), is quoted."""
@@ -1097,7 +1100,9 @@ class _Quotes:
         last = len(lines) - 1
         for index, line in enumerate(lines):
             if index:
-                self.head, self.code, self.tick = "", 0, 0
+                self.head, self.code, self.tick, self.fence_line = "", 0, 0, False
+            if self.fence_line:
+                continue
             scan = line
             if self.head is not None:
                 candidate = self.head + line
@@ -1108,7 +1113,7 @@ class _Quotes:
                         self.fence = mark
                     elif self.fence == mark:
                         self.fence = None
-                    self.head = None
+                    self.head, self.fence_line = None, True
                     continue
                 if index == last and _FENCE_PREFIX.fullmatch(candidate):
                     self.head = candidate
@@ -1150,6 +1155,20 @@ class _Quotes:
             self.tick = 0
 
 
+class _Opening:
+    """Content held while it may open a call without the wrapper: from a line-start ``<``,
+    first a prefix of ``<function=NAME>`` (in ``ahead``), then the whole tag and whitespace
+    (``pieces``, appended in O(1)) and the first characters after them (``ahead``)."""
+
+    __slots__ = ("ahead", "pieces", "start", "tag")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.tag = ""
+        self.pieces: list[str] = []
+        self.ahead = ""
+
+
 class _Lookahead:
     """What follows a ``<tool_call>``: held until it is known whether ``<function=`` comes."""
 
@@ -1187,9 +1206,10 @@ class _Machine:
         # declared tool: content is held back only while it is a prefix of one of these tags.
         self.openers = frozenset(f"{_FUNCTION}{name}>" for name in _unwrapped_names(schemas))
         self.opener_prefixes = frozenset(o[:n] for o in self.openers for n in range(1, len(o)))
+        self.openers_tuple = tuple(self.openers)
         self.longest_opener = max(map(len, self.openers), default=0)
         self.line_start = True  # content so far ends a line (or there is none yet)
-        self.opening: _Item | None = None  # held content that may open an unwrapped call
+        self.opening: _Opening | None = None  # held content that may open an unwrapped call
 
     def push(self, is_marker: bool, text: str) -> None:
         if text:
@@ -1216,15 +1236,24 @@ class _Machine:
         self.events.append(ContentDelta(text))
 
     def _content_text(self, text: str, start: int) -> None:
-        """Content text, watched for the line-start ``<function=NAME>`` of a declared tool that
-        opens a call without the wrapper (issue 10); only a prefix of such a tag is held."""
+        """Content text, watched for a call without the wrapper (issue 10): a line-start
+        ``<function=NAME>`` of a declared tool, then whitespace and ``<parameter=`` or
+        ``</function>``. Only what may still become that is held (``_Opening``); the rest is
+        said at once."""
         if not self.openers:
             self._say(text)
             return
-        if self.opening is not None:
-            _, held, start = self.opening
-            self.opening = None
-            text = held + text
+        while text:
+            if self.opening is None:
+                text, start = self._scan_content(text, start)
+                continue
+            text, start = self._grow_opening(text, start)
+            if self.opening is not None or self.state != _CONTENT:
+                return
+
+    def _scan_content(self, text: str, start: int) -> tuple[str, int]:
+        """Say ``text`` up to a line-start ``<`` that may open a call; hold that (as
+        ``opening``) and return what follows it, or ("", 0) when all of it is said or held."""
         said = 0
         at = 0 if self.line_start and text.startswith("<") else self._next_line_tag(text, 0)
         while at >= 0:
@@ -1232,30 +1261,87 @@ class _Machine:
                 self._say(text[said:at])  # the fence state at `at` needs the text before it
                 said = at
             if not self.content_quotes.quoted():
-                gt = text.find(">", at, at + self.longest_opener)
-                head = text[at : gt + 1] if gt >= 0 else text[at : at + self.longest_opener]
-                if gt >= 0 and head in self.openers:
-                    self.state = _TAIL
-                    self.tail = [(False, text[at:], start + at)]
-                    return
-                if gt < 0 and at + len(head) == len(text) and head in self.opener_prefixes:
-                    self.opening = (False, head, start + at)
-                    return
+                head = text[at : at + self.longest_opener]
+                if head in self.opener_prefixes or head.startswith(self.openers_tuple):
+                    self.opening = _Opening(start + at)
+                    return text[at:], start + at
             at = self._next_line_tag(text, at + 1)
         if said < len(text):
             self._say(text[said:])
+        return "", 0
+
+    def _grow_opening(self, text: str, start: int) -> tuple[str, int]:
+        """Add ``text`` to the held opening: it becomes the tail (a call may have begun), stays
+        held, or is said (then the rest of ``text`` is returned to be scanned again)."""
+        opening = self.opening
+        assert opening is not None
+        if not opening.tag:
+            head = opening.ahead + text[: self.longest_opener]
+            gt = head.find(">")
+            if gt >= 0 and head[: gt + 1] in self.openers:
+                used = gt + 1 - len(opening.ahead)
+                opening.tag, opening.ahead = head[: gt + 1], ""
+                opening.pieces.append(opening.tag)
+                text, start = text[used:], start + used
+                if not text:
+                    return "", 0
+            elif gt < 0 and head in self.opener_prefixes:
+                opening.ahead = head  # all of text is in head: it is shorter than the tag
+                return "", 0
+            else:
+                return self._release_opening(text, start)
+        if not opening.ahead:
+            rest = text.lstrip()
+            if len(rest) < len(text):
+                opening.pieces.append(text[: len(text) - len(rest)])
+                start += len(text) - len(rest)
+                text = rest
+            if not text:
+                return "", 0
+        need = len(_FUNCTION_END) - len(opening.ahead)
+        ahead = opening.ahead + text[:need]
+        if ahead.startswith((_PARAMETER, _FUNCTION_END)):
+            # A block in the format's shape: from here on it is read with the calls.
+            self.state = _TAIL
+            self.tail = [(False, "".join(opening.pieces) + opening.ahead + text, opening.start)]
+            self.opening = None
+            return "", 0
+        if _PARAMETER.startswith(ahead) or _FUNCTION_END.startswith(ahead):
+            opening.ahead = ahead
+            return "", 0
+        return self._release_opening(text, start)
+
+    def _release_opening(self, text: str = "", start: int = 0) -> tuple[str, int]:
+        """What was held as a possible call without the wrapper is content: the tag and the
+        whitespace after it are said; what followed them (``ahead``, then ``text``) is returned
+        to be scanned again, since a line-start tag may begin in it."""
+        opening = self.opening
+        if opening is None:
+            return text, start
+        self.opening = None
+        if opening.pieces:
+            self._say("".join(opening.pieces))
+        if opening.tag:
+            held = len("".join(opening.pieces))
+            return opening.ahead + text, opening.start + held
+        # Only a prefix of a tag was held: it cannot start another one (no line break in it).
+        if opening.ahead:
+            self._say(opening.ahead)
+        return text, start
+
+    def _flush_opening(self) -> None:
+        """A marker or the end of output: what was held cannot open a call any more."""
+        opening = self.opening
+        if opening is not None:
+            self.opening = None
+            held = "".join(opening.pieces) + opening.ahead
+            if held:
+                self._say(held)
 
     @staticmethod
     def _next_line_tag(text: str, pos: int) -> int:
         at = text.find("\n<", pos - 1 if pos else 0)
         return -1 if at < 0 else at + 1
-
-    def _release_opening(self) -> None:
-        """What was held as a possible unwrapped call is content after all."""
-        if self.opening is not None:
-            _, held, _ = self.opening
-            self.opening = None
-            self._say(held)
 
     def _handle(self, is_marker: bool, text: str, start: int) -> None:
         if self.ahead is not None:
@@ -1268,7 +1354,7 @@ class _Machine:
             if not is_marker:
                 self._content_text(text, start)
                 return
-            self._release_opening()
+            self._flush_opening()
             if is_marker:
                 if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted():
                     self.ahead = _Lookahead(_CONTENT, (True, text, start))
@@ -1385,7 +1471,7 @@ class _Machine:
 
     def end(self) -> None:
         """End of input: settle everything held back."""
-        self._release_opening()  # a tag cut off before its '>' opens no call
+        self._flush_opening()  # a tag cut off before its block's shape is known opens no call
         while True:
             if self.ahead is not None:
                 # Only whitespace or a prefix of <function= followed the <tool_call>: the output

@@ -108,6 +108,11 @@ def unwrapped_near_misses(n: int) -> str:
     return "</think>" + line * (n // len(line))
 
 
+def unwrapped_tag_then_spaces(n: int) -> str:
+    # After a declared tag, whitespace may still lead to "<parameter=": held, appended in O(1).
+    return "</think>\n<function=write_file>" + " " * n + "<parameter=path>\np\n</function>"
+
+
 def unwrapped_blocks(n: int) -> str:
     block = (
         "<function=write_file>\n<parameter=path>\np\n</parameter>\n<parameter=content>\n"
@@ -131,6 +136,7 @@ def example_calls_in_a_value(n: int) -> str:
         (whitespace_in_an_open_call, None),
         (markup_values, None),
         (unwrapped_near_misses, WRITE_TOOL),
+        (unwrapped_tag_then_spaces, WRITE_TOOL),
         (unwrapped_blocks, WRITE_TOOL),
         (example_calls_in_a_value, WRITE_TOOL),
     ],

@@ -312,6 +312,16 @@ class TestQuotedExamples:
         )
         everywhere(text, expected, real, thinking=True)
 
+    def test_backticks_after_a_closing_fence_quote_nothing(self, real: Any) -> None:
+        # The rest of a fence line is its info string; streamed, it came in pieces that were
+        # scanned for code spans, and the "````" opened one that quoted the real call.
+        reasoning = "Example:\n~~~\n" + self.CALL + "\n~~~ (```` marks a fence too), so:"
+        text = reasoning + self.CALL
+        expected = Completion(
+            reasoning=reasoning, tool_calls=(ToolCall("ping", {"host": "example.com"}),)
+        )
+        everywhere(text, expected, real, thinking=True)
+
     def test_fence_in_unclosed_reasoning_is_text(self, real: Any) -> None:
         reasoning = "Plan:\n```\n" + self.CALL + "\n```\nNow the real one."
         text = reasoning + "\n" + self.CALL
@@ -611,3 +621,18 @@ def test_content_streams_while_no_unwrapped_call_can_start() -> None:
     assert not said.endswith("\n<function=ping>\n"), "a possible call is not content yet"
     parser.feed("</function>")
     assert parser.finish().tool_calls == (ToolCall("ping", {"host": "h"}),)
+
+
+def test_a_declared_tag_in_prose_is_held_only_until_the_block_shape_fails() -> None:
+    parser = StreamParser(tools=TOOLS, thinking=False)
+    said = ""
+    for ch in "Intro\n<function=ping>  \n is how a ping starts; then more prose.":
+        said += "".join(e.text for e in parser.feed(ch) if isinstance(e, ContentDelta))
+    assert said == "Intro\n<function=ping>  \n is how a ping starts; then more prose."
+    # The tag, whitespace and a prefix of "<parameter=" are held; one more character decides.
+    for ch in "\n<function=ping>\n\n<param":
+        said += "".join(e.text for e in parser.feed(ch) if isinstance(e, ContentDelta))
+    assert said.endswith("prose.\n")
+    said += "".join(e.text for e in parser.feed("s>") if isinstance(e, ContentDelta))
+    assert said.endswith("prose.\n<function=ping>\n\n<params>")
+    assert parser.finish().tool_calls == ()
