@@ -24,8 +24,9 @@ How it is read:
 * A call without the wrapper (vLLM and llama.cpp dispatch it): a line-start
   ``<function=NAME>`` of a declared tool in content, outside a fence, whose block completes
   (``</function>``, and its ``</tool_call>`` if that follows) and parses. Content is held back
-  only while it is a prefix of such a tag (``_Machine._content_text``); from a complete tag on
-  it is part of the tail, and a block that never completes is content.
+  only while it may still be such a block's start: a prefix of the tag, then whitespace and a
+  prefix of ``<parameter=`` or ``</function>`` (``_Machine._content_text``); from there on it is
+  part of the tail, and a block that never completes is content.
 * Everything from the first call on (the *tail*) is read when the output ends, because a value
   is data until the rest of the output confirms where it ends (issue 10; the rules are at
   ``_span_ends`` and ``_parse_span``). A call the output never closed is not dispatched: its raw
@@ -39,8 +40,10 @@ How it is read:
 One state machine (``_Machine``) serves both ``parse_completion`` and ``StreamParser``, so both
 give the same result by construction. Before the first call it never rescans: every piece of
 input is looked at once, plus a bounded look-ahead after ``<tool_call>`` (whitespace and the 10
-characters of ``<function=``), a held-back partial marker (at most 11 characters) and, for token
-IDs, at most six tokens of an incomplete or invalid UTF-8 sequence. Two holds are forced by the
+characters of ``<function=``), a held-back partial marker (at most 11 characters), with a tools
+list the start of a possible unwrapped call (a tag of a declared name, whitespace appended in
+O(1), 11 characters after it) and, for token IDs, at most six tokens of an incomplete or invalid
+UTF-8 sequence. Two holds are forced by the
 rules themselves: a ``<function=`` call inside a reasoning span that has not closed is reasoning
 or a call depending on whether a ``</think>`` comes later; and the tail is read once the output
 ends. Both are appended to in O(1) per piece and read once, in linear time.
