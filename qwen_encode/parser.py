@@ -632,7 +632,7 @@ class _Balance:
                 return fits
             tags = self.tags[first:last]
             members.sort()
-            whole = _imbalance(t for _, t in tags)
+            whole = _running_imbalance(tags, [high], forward=True)[0]
             left = _running_imbalance(tags, [c[0] for c in members], forward=True)
             right = _running_imbalance(tags, [c[1] for c in members], forward=False)
             for candidate, a, b in zip(members, left, right, strict=True):
@@ -641,22 +641,10 @@ class _Balance:
         return [c for c in fits if delta[c[0]] == least]
 
 
-def _imbalance(openers: Iterable[bool]) -> int:
-    """Closers without an opener before them plus openers never closed."""
-    depth = orphans = 0
-    for opener in openers:
-        if opener:
-            depth += 1
-        elif depth:
-            depth -= 1
-        else:
-            orphans += 1
-    return orphans + depth
-
-
 def _running_imbalance(tags: list[tuple[int, bool]], cuts: list[int], forward: bool) -> list[int]:
-    """For each cut (ascending), ``_imbalance`` of the tags before it (``forward``) or from it
-    on, in one pass. Matching one kind of bracket is the same read from either side."""
+    """For each cut (ascending), how unbalanced the tags before it (``forward``) or from it on
+    are: closers without their opener plus openers never closed. One pass; matching one kind of
+    bracket counts the same read from either side."""
     out = [0] * len(cuts)
     depth = orphans = 0
     order = range(len(cuts)) if forward else range(len(cuts) - 1, -1, -1)
