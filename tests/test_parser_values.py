@@ -27,6 +27,7 @@ from qwen_encode.parser import (
     ContentDelta,
     StreamParser,
     parse_completion,
+    parse_tool_call,
     typed_parameter_value,
 )
 from qwen_encode.protocol import format_tool_call, format_turn
@@ -588,6 +589,11 @@ class TestUnwrappedCalls:
         args = {"path": "docs/format.md", "content": doc}
         text = format_tool_call("write_file", args)
         everywhere(text, Completion(tool_calls=(ToolCall("write_file", args),)), real)
+
+    def test_parse_tool_call_returns_it(self) -> None:
+        text = "Checking.\n" + UNWRAPPED_WRITE + "\n" + format_tool_call("ping", {"host": "h"})
+        assert parse_tool_call(text, tools=TOOLS) == WRITE_SETUP
+        assert parse_tool_call(text) == ToolCall("ping", {"host": "h"})
 
     def test_in_reasoning_it_is_reasoning(self, real: Any) -> None:
         text = "Maybe:\n" + UNWRAPPED_WRITE + "\nNo, ask first."
