@@ -1,0 +1,309 @@
+"""What the vLLM and SGLang plugins share: the engine version check, the split of an output
+into reasoning and the answer after it, and the answer side (content and calls) as deltas.
+
+Both engines hand a request's output to two objects in turn: a reasoning parser until the
+reasoning span ends, then a tool parser for the rest. So the plugins split the output where
+``StreamParser`` ends reasoning (the first ``</think>``) and give the rest to a second
+``StreamParser`` reading it as an answer (``thinking=False``). Everything after the first
+``</think>`` is read by the same rules either way, except one case: a ``<think>`` marker at the
+very start of the answer opens a reasoning span there (``parse_completion`` with
+``thinking=True`` would keep it as content text). A model does not write ``</think><think>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from .. import markers as mk
+from ..conversation import ToolCall
+from ..errors import ParseError
+from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
+
+logger = logging.getLogger("qwen_encode.integrations")
+
+# The turn ends at these: an engine may pass the stop token's ID along with the output.
+_END_OF_OUTPUT = (mk.TURN_CLOSE, mk.END_OF_TEXT)
+
+
+def require_engine(distribution: str, minimum: tuple[int, ...]) -> None:
+    """ImportError naming the needed version when ``distribution`` is absent or older."""
+    wanted = ".".join(map(str, minimum))
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        raise ImportError(
+            f"qwen_encode.integrations needs {distribution}>={wanted}, which is not installed: "
+            f'pip install "qwen-encode[{distribution}]"'
+        ) from None
+    numbers: list[int] = []
+    for part in installed.split("+")[0].split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        if not digits:
+            break
+        numbers.append(int(digits))
+    if tuple(numbers) < minimum:
+        raise ImportError(
+            f"qwen_encode.integrations needs {distribution}>={wanted}, found {installed}: "
+            f'pip install -U "qwen-encode[{distribution}]"'
+        )
+
+
+def tool_dicts(tools: Any) -> list[dict[str, Any]] | None:
+    """The engine's tool objects (pydantic models) as the OpenAI dicts the parser types by."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        if hasattr(tool, "model_dump"):
+            tool = tool.model_dump(exclude_none=True)
+        if isinstance(tool, Mapping):
+            out.append(dict(tool))
+    return out or None
+
+
+def chat_thinking(chat_template_kwargs: Any) -> bool:
+    """Whether the prompt's primer left ``<think>`` open: the Qwen 3.8 template writes the
+    empty closed span only for ``enable_thinking`` false (chat_template.jinja, the primer)."""
+    if isinstance(chat_template_kwargs, Mapping):
+        return chat_template_kwargs.get("enable_thinking") is not False
+    return True
+
+
+def arguments_json(call: ToolCall) -> str:
+    """The arguments as the engines stream them: one JSON object, non-ASCII kept."""
+    return json.dumps(dict(call.arguments), ensure_ascii=False)
+
+
+class TokenizerMarkers:
+    """A ``MarkerEncoder`` over an engine's (Hugging Face style) tokenizer: the markers are the
+    vocabulary's added tokens at their atomic IDs; ordinary IDs decode with the tokenizer's
+    lossy UTF-8 decoding."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        vocab = tokenizer.get_vocab()
+        self._tokenizer = tokenizer
+        self.marker_ids: dict[str, int] = {
+            marker: vocab[marker] for marker in mk.ALL_ADDED_TOKENS if marker in vocab
+        }
+        self.think_open = self.marker_ids.get(mk.THINK_OPEN)
+        self.think_close = self.marker_ids.get(mk.THINK_CLOSE)
+        self.tool_call_open = self.marker_ids.get(mk.TOOL_CALL_OPEN)
+        self.end_ids = frozenset(self.marker_ids[m] for m in _END_OF_OUTPUT if m in vocab)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+class Trimmed:
+    """``str.strip`` as a stream: the deltas it returns concatenate to the stripped whole."""
+
+    __slots__ = ("_pending", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._pending += text
+            return ""
+        out = self._pending + body
+        self._pending = text[len(body) :]
+        return out
+
+
+def hold_split(raw: str, reasoning: str | None) -> int | None:
+    """Where the answer starts in ``raw`` (reasoning with no ``</think>``) when a call ended the
+    reasoning: the ``<tool_call>`` before which the text is exactly ``reasoning``."""
+    want = reasoning or ""
+    pos = raw.find(mk.TOOL_CALL_OPEN)
+    while pos != -1:
+        before = raw[:pos].strip()
+        before = before.removeprefix(mk.THINK_OPEN).strip()
+        if before == want:
+            return pos
+        pos = raw.find(mk.TOOL_CALL_OPEN, pos + 1)
+    return None
+
+
+def split_reasoning_text(text: str, thinking: bool) -> tuple[str | None, str]:
+    """Non-streaming: (reasoning, the raw answer after it) of a text output, as
+    ``parse_completion(text, thinking=thinking)`` splits it."""
+    if not thinking:
+        rest = text.lstrip()
+        if not rest.startswith(mk.THINK_OPEN):
+            return None, text
+    close = text.find(mk.THINK_CLOSE)
+    if close != -1:
+        end = close + len(mk.THINK_CLOSE)
+        return _reasoning_of(text[:end], thinking), text[end:]
+    # No </think>: all reasoning (cut off), unless a call ended it (the parser's HOLD rule).
+    reasoning = _reasoning_of(text, thinking)
+    start = hold_split(text, reasoning)
+    if start is None:
+        return reasoning, ""
+    return reasoning, text[start:]
+
+
+def _reasoning_of(text: str, thinking: bool) -> str | None:
+    """The trimmed reasoning of a prefix that holds no answer (it ends at the first
+    ``</think>``, or has none): the parser's own reading, so every reasoning rule applies."""
+    parser = StreamParser(thinking=thinking)
+    try:
+        events = parser.feed(text) + parser.flush()
+    except ParseError:
+        # Only a call span raises, and a call ends reasoning (no </think> came): the reasoning
+        # is what stands before its <tool_call>.
+        before = text[: max(text.find(mk.TOOL_CALL_OPEN), 0)].strip()
+        return before.removeprefix(mk.THINK_OPEN).strip() or None
+    return "".join(e.text for e in events if isinstance(e, ReasoningDelta)).strip() or None
+
+
+@dataclass
+class Delta:
+    """What one step of the answer side produced."""
+
+    content: str = ""
+    reasoning: str = ""
+    calls: list[tuple[int, ToolCall]] = field(default_factory=list)
+
+
+class AnswerStream:
+    """The answer after reasoning (content and tool calls), read by one ``StreamParser`` with
+    ``thinking=False``, as trimmed deltas: batch is feed-everything-then-``finish``, so batch and
+    streaming agree by construction.
+
+    Not lost: an unterminated call at the end (``Completion.unterminated``) is content, with one
+    warning; after a ``ParseError`` (a closed span that holds no well-formed call) the raw text
+    from the first ``<tool_call>`` on is content, with one warning, and so is the rest.
+    """
+
+    def __init__(self, tools: Any = None, encoder: TokenizerMarkers | None = None) -> None:
+        self._parser = StreamParser(tools=tools, thinking=False, encoder=encoder)
+        self._encoder = encoder
+        self._content = Trimmed()
+        self._reasoning = Trimmed()
+        self._raw: list[Any] = []  # what was fed, kept for the ParseError fallback
+        self._first_call: int | None = None  # index in _raw (IDs) or in the joined text
+        self._failed = False
+        self._ended = False
+        self.calls: list[ToolCall] = []
+
+    def feed(self, delta: str | Sequence[int]) -> Delta:
+        out = Delta()
+        if self._ended:
+            return out
+        if not isinstance(delta, str):
+            delta, ended = self._until_end(delta)
+            if not delta and not ended:
+                return out
+        else:
+            ended = False
+        if self._failed:
+            out.content = self._content.feed(self._text(delta))
+        else:
+            self._remember(delta)
+            try:
+                self._take(self._parser.feed(delta), out)
+            except ParseError as error:
+                self._fail(error, out)
+        if ended:
+            self._finish(out)
+        return out
+
+    def finish(self) -> Delta:
+        out = Delta()
+        if not self._ended:
+            self._finish(out)
+        return out
+
+    def _finish(self, out: Delta) -> None:
+        self._ended = True
+        if self._failed:
+            return
+        try:
+            self._take(self._parser.flush(), out)
+        except ParseError as error:
+            self._fail(error, out)
+            return
+        unterminated = self._parser.finish().unterminated
+        if unterminated is not None:
+            logger.warning(
+                "the output ended inside a tool call (%d characters from <tool_call>); it was "
+                "not dispatched and is returned as content",
+                len(unterminated),
+            )
+            out.content += self._content.feed(unterminated)
+
+    def _until_end(self, ids: Iterable[int]) -> tuple[list[int], bool]:
+        assert self._encoder is not None
+        ids = list(ids)
+        for i, token in enumerate(ids):
+            if token in self._encoder.end_ids:
+                return ids[:i], True
+        return ids, False
+
+    def _text(self, delta: str | Sequence[int]) -> str:
+        if isinstance(delta, str):
+            return delta
+        assert self._encoder is not None
+        return self._encoder.decode(delta)
+
+    def _remember(self, delta: str | Sequence[int]) -> None:
+        if isinstance(delta, str):
+            if self._first_call is None:
+                seen = sum(len(t) for t in self._raw)
+                # A marker may straddle two deltas: look back over the last few characters.
+                back = min(len(mk.TOOL_CALL_OPEN) - 1, seen)
+                window = "".join(self._raw)[seen - back :] + delta
+                found = window.find(mk.TOOL_CALL_OPEN)
+                if found != -1:
+                    self._first_call = seen - back + found
+            self._raw.append(delta)
+            return
+        if self._first_call is None and self._encoder is not None:
+            opener = self._encoder.tool_call_open
+            for i, token in enumerate(delta):
+                if token == opener:
+                    self._first_call = len(self._raw) + i
+                    break
+        self._raw.extend(delta)
+
+    def _take(self, events: list[Any], out: Delta) -> None:
+        for event in events:
+            if isinstance(event, ContentDelta):
+                out.content += self._content.feed(event.text)
+            elif isinstance(event, ReasoningDelta):
+                out.reasoning += self._reasoning.feed(event.text)
+            elif isinstance(event, ToolCallEvent):
+                self.calls.append(event.call)
+                out.calls.append((event.index, event.call))
+
+    def _fail(self, error: ParseError, out: Delta) -> None:
+        self._failed = True
+        start = self._first_call or 0
+        if self._raw and isinstance(self._raw[0], str):
+            raw = "".join(self._raw)[start:]
+        else:
+            raw = self._text(self._raw[start:])
+        logger.warning("tool call markup did not parse (%s); it is returned as content", error)
+        out.content += self._content.feed(raw)
+
+
+def answer_of(text: str, tools: Any) -> tuple[str | None, list[ToolCall]]:
+    """Non-streaming answer side: (content, calls) of the text after reasoning."""
+    stream = AnswerStream(tools=tools)
+    first = stream.feed(text)
+    last = stream.finish()
+    return (first.content + last.content) or None, stream.calls
