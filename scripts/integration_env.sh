@@ -32,13 +32,20 @@ run_tests() {
 
 # vLLM 0.33 pins torch==2.14.0 (a CUDA build from PyPI, ~9.5 GB installed) and SGLang 0.5.23
 # torch==2.14.1, so the two engines cannot share a venv.
+# refresh NAME: reinstall the project alone, so entry points added since the venv was built exist.
+refresh() {
+    "$VENVS/$1/bin/python" -m pip install --quiet --no-deps -e .
+}
+
 group_vllm() {
     make_venv vllm -e ".[vllm]" "vllm==0.33.0" "pytest>=8" "hypothesis>=6.100"
+    refresh vllm
     run_tests vllm tests/integrations/test_vllm.py tests/integrations/test_recipe.py
 }
 
 group_sglang() {
     make_venv sglang -e ".[sglang]" "sglang==0.5.23" "pytest>=8" "hypothesis>=6.100"
+    refresh sglang
     run_tests sglang tests/integrations/test_sglang.py
 }
 

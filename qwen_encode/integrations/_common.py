@@ -307,3 +307,82 @@ def answer_of(text: str, tools: Any) -> tuple[str | None, list[ToolCall]]:
     first = stream.feed(text)
     last = stream.finish()
     return (first.content + last.content) or None, stream.calls
+
+
+class ReasoningText:
+    """Streaming split of a text output (SGLang hands its parsers text): reasoning deltas until
+    the first ``</think>`` (held back while a delta may end inside it), then the raw answer,
+    trimmed, for the tool detector."""
+
+    def __init__(self, thinking: bool) -> None:
+        self._parser = StreamParser(thinking=thinking)
+        self._phase = "reasoning" if thinking else "start"
+        self._held = ""  # a possible start of </think> (or of a leading <think>)
+        self._raw: list[str] = []  # the reasoning text fed, for the no-</think> case at the end
+        self._said: list[str] = []  # the reasoning events, untrimmed
+        self._reasoning = Trimmed()
+        self._answer = Trimmed()
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """(reasoning delta, answer delta) for the next piece of text."""
+        text = self._held + text
+        self._held = ""
+        if self._phase == "start":
+            head = text.lstrip()
+            if len(head) < len(mk.THINK_OPEN) and mk.THINK_OPEN.startswith(head):
+                self._held = text
+                return "", ""
+            if not head.startswith(mk.THINK_OPEN):
+                self._phase = "answer"
+                return "", self._answer.feed(text)
+            self._phase = "reasoning"
+        if self._phase == "answer":
+            return "", self._answer.feed(text)
+        close = text.find(mk.THINK_CLOSE)
+        if close == -1:
+            keep = _partial_suffix(text, mk.THINK_CLOSE)
+            self._held = text[len(text) - keep :] if keep else ""
+            return self._reason(text[: len(text) - keep]), ""
+        end = close + len(mk.THINK_CLOSE)
+        reasoning = self._reason(text[:end])
+        self._phase = "answer"
+        return reasoning, self._answer.feed(text[end:])
+
+    def finish(self) -> tuple[str, str]:
+        held, self._held = self._held, ""
+        if self._phase != "reasoning":
+            return "", self._answer.feed(held) if held else ""
+        self._phase = "answer"
+        self._raw.append(held)
+        try:
+            events = self._parser.feed(held) + self._parser.flush()
+        except ParseError:
+            events = []  # a call span ended reasoning: hold_split below finds it
+        reasoning = self._take(events)
+        raw = "".join(self._raw)
+        start = hold_split(raw, "".join(self._said).strip() or None)
+        answer = self._answer.feed(raw[start:]) if start is not None else ""
+        return reasoning, answer
+
+    def _reason(self, text: str) -> str:
+        if not text:
+            return ""
+        self._raw.append(text)
+        try:
+            events = self._parser.feed(text)
+        except ParseError:  # pragma: no cover - the parser raises only on a closed call span
+            events = []
+        return self._take(events)
+
+    def _take(self, events: list[Any]) -> str:
+        said = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+        self._said.append(said)
+        return self._reasoning.feed(said)
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """The length of the longest end of ``text`` that is a proper start of ``marker``."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
