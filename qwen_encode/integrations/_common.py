@@ -185,8 +185,8 @@ class AnswerStream:
     streaming agree by construction.
 
     Not lost: an unterminated call at the end (``Completion.unterminated``) is content, with one
-    warning; after a ``ParseError`` (a closed span that holds no well-formed call) the raw text
-    from the first ``<tool_call>`` on is content, with one warning, and so is the rest.
+    warning; after a ``ParseError`` (a closed span that holds no well-formed call) the whole
+    answer's raw text is the content, with one warning.
     """
 
     def __init__(self, tools: Any = None, encoder: TokenizerMarkers | None = None) -> None:
@@ -195,7 +195,7 @@ class AnswerStream:
         self._content = Trimmed()
         self._reasoning = Trimmed()
         self._raw: list[Any] = []  # what was fed, kept for the ParseError fallback
-        self._first_call: int | None = None  # index in _raw (IDs) or in the joined text
+        self._said = ""  # the content returned so far
         self._failed = False
         self._ended = False
         self.calls: list[ToolCall] = []
@@ -211,7 +211,7 @@ class AnswerStream:
         else:
             ended = False
         if self._failed:
-            out.content = self._content.feed(self._text(delta))
+            self._say(self._text(delta), out)
         else:
             self._remember(delta)
             try:
@@ -244,7 +244,7 @@ class AnswerStream:
                 "not dispatched and is returned as content",
                 len(unterminated),
             )
-            out.content += self._content.feed(unterminated)
+            self._say(unterminated, out)
 
     def _until_end(self, ids: Iterable[int]) -> tuple[list[int], bool]:
         assert self._encoder is not None
@@ -262,43 +262,43 @@ class AnswerStream:
 
     def _remember(self, delta: str | Sequence[int]) -> None:
         if isinstance(delta, str):
-            if self._first_call is None:
-                seen = sum(len(t) for t in self._raw)
-                # A marker may straddle two deltas: look back over the last few characters.
-                back = min(len(mk.TOOL_CALL_OPEN) - 1, seen)
-                window = "".join(self._raw)[seen - back :] + delta
-                found = window.find(mk.TOOL_CALL_OPEN)
-                if found != -1:
-                    self._first_call = seen - back + found
             self._raw.append(delta)
-            return
-        if self._first_call is None and self._encoder is not None:
-            opener = self._encoder.tool_call_open
-            for i, token in enumerate(delta):
-                if token == opener:
-                    self._first_call = len(self._raw) + i
-                    break
-        self._raw.extend(delta)
+        else:
+            self._raw.extend(delta)
 
     def _take(self, events: list[Any], out: Delta) -> None:
         for event in events:
             if isinstance(event, ContentDelta):
-                out.content += self._content.feed(event.text)
+                self._say(event.text, out)
             elif isinstance(event, ReasoningDelta):
                 out.reasoning += self._reasoning.feed(event.text)
             elif isinstance(event, ToolCallEvent):
                 self.calls.append(event.call)
                 out.calls.append((event.index, event.call))
 
+    def _say(self, text: str, out: Delta) -> None:
+        said = self._content.feed(text)
+        self._said += said
+        out.content += said
+
     def _fail(self, error: ParseError, out: Delta) -> None:
+        # From here on the answer is its raw text, trimmed: what was already streamed is a
+        # prefix of it unless the parser had dropped something (a stray </think>).
         self._failed = True
-        start = self._first_call or 0
         if self._raw and isinstance(self._raw[0], str):
-            raw = "".join(self._raw)[start:]
+            raw = "".join(self._raw)
         else:
-            raw = self._text(self._raw[start:])
+            raw = self._text(self._raw)
+        self._raw = []
         logger.warning("tool call markup did not parse (%s); it is returned as content", error)
-        out.content += self._content.feed(raw)
+        lead = raw.lstrip()
+        body = lead.rstrip()
+        rest = body[len(self._said) :] if body.startswith(self._said) else body
+        self._content = Trimmed()
+        self._content.feed(body)  # the state of a Trimmed that saw the raw text from the start
+        self._content.feed(lead[len(body) :])
+        self._said += rest
+        out.content += rest
 
 
 def answer_of(text: str, tools: Any) -> tuple[str | None, list[ToolCall]]:
