@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..conversation import ToolCall as QeToolCall
+from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
+from . import PARSER_NAME
 from ._common import (
     AnswerStream,
     Delta,
@@ -30,9 +33,6 @@ from ._common import (
     split_reasoning_text,
     tool_dicts,
 )
-from ..conversation import ToolCall as QeToolCall
-from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
-from . import PARSER_NAME
 
 require_engine("vllm", (0, 33))
 

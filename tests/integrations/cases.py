@@ -77,7 +77,8 @@ REALISTIC = [
     Case("thinking off", "Paris is the capital of France.", False),
     Case(
         "one call",
-        "Need the weather.\n</think>\n\nChecking.\n\n" + call("get_weather", city="Paris", days="3"),
+        "Need the weather.\n</think>\n\nChecking.\n\n"
+        + call("get_weather", city="Paris", days="3"),
         True,
         TOOLS,
     ),
@@ -136,7 +137,12 @@ REALISTIC = [
     Case("thinking off, own think span", "<think>\nhm\n</think>\n\nYes.", False),
     Case("truncated reasoning", "Still thinking about the", True),
     Case("unicode", "Überlegung… 日本語\n</think>\n\nАнтвет: 😀 ok", True),
-    Case("fenced markup", "</think>\n\n```\n<tool_call>\n<function=x>\n```\nThat is the format.", True, TOOLS),
+    Case(
+        "fenced markup",
+        "</think>\n\n```\n<tool_call>\n<function=x>\n```\nThat is the format.",
+        True,
+        TOOLS,
+    ),
 ]
 
 # The output ended inside a call (max_tokens): not dispatched, its text kept as content.
@@ -147,7 +153,7 @@ UNTERMINATED = Case(
     TOOLS,
 )
 
-_WORDS = ["alpha", "beta <i>x</i>", "gamma\n  delta", "ε ζ", "x < y && y > z", "{\"k\": 1}", "  lead"]
+_WORDS = ["alpha", "beta <i>x</i>", "gamma\n  delta", "ε ζ", "x < y && y > z", '{"k": 1}', "  lead"]
 
 
 def round_trips(count: int, seed: int = 11) -> list[Case]:

@@ -21,11 +21,11 @@ pytest.importorskip(
     reason="SGLang is not installed: scripts/integration_env.sh sglang builds a venv with it",
 )
 
-import json  # noqa: E402
+import json
 
-import qwen_encode as qe  # noqa: E402
+import qwen_encode as qe
 
-from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts  # noqa: E402
+from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts
 
 ROOT = Path(__file__).resolve().parents[2]
 Reading = tuple[str | None, str | None, list[tuple[str, dict[str, Any]]]]
@@ -136,7 +136,9 @@ def test_batch_and_streaming_equal_parse_completion(tokenizer: Any, case: Case) 
     for _ in range(2):
         assert stream(case, token_chunks(tokenizer, case.text, cuts(400, rng))) == want
         points = sorted(rng.sample(range(1, len(case.text)), min(8, len(case.text) - 1)))
-        pieces = [case.text[a:b] for a, b in zip([0, *points], [*points, len(case.text)])]
+        pieces = [
+            case.text[a:b] for a, b in zip([0, *points], [*points, len(case.text)], strict=True)
+        ]
         assert stream(case, pieces) == want
 
 

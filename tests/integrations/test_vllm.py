@@ -20,10 +20,10 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/integration_env.sh vllm builds a venv with it"
 )
 
-import qwen_encode as qe  # noqa: E402
-from qwen_encode.integrations._common import TokenizerMarkers  # noqa: E402
+import qwen_encode as qe
+from qwen_encode.integrations._common import TokenizerMarkers
 
-from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts  # noqa: E402
+from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts
 
 ROOT = Path(__file__).resolve().parents[2]
 Reading = tuple[str | None, str | None, list[tuple[str, dict[str, Any]]]]
@@ -38,8 +38,9 @@ def tokenizer(qwen38_dir: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def parser_cls(tokenizer: Any) -> Any:
-    import qwen_encode.integrations.vllm  # noqa: F401  (registers; the entry point does it too)
     from vllm.parser.parser_manager import ParserManager
+
+    import qwen_encode.integrations.vllm  # noqa: F401  (registers; the entry point does it too)
 
     return ParserManager.get_parser(
         tool_parser_name="qwen_encode",
@@ -298,7 +299,7 @@ def test_unknown_tokenizer_fails_at_startup(parser_cls: Any) -> None:
         def get_vocab(self) -> dict[str, int]:
             return {"a": 0}
 
-    with pytest.raises(TypeError, match="Qwen 3.8"):
+    with pytest.raises(TypeError, match=r"Qwen 3\.8"):
         ParserManager.validate_parser_tokenizer(
             parser_cls, NoMarkers(), "qwen_encode", "qwen_encode", "m"
         )
@@ -312,4 +313,3 @@ def test_missing_engine_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata, "version", lambda name: "0.32.1")
     with pytest.raises(ImportError, match=r"vllm>=0\.33, found 0\.32\.1"):
         _common.require_engine("vllm", (0, 33))
-
