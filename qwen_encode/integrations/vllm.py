@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..conversation import ToolCall as QeToolCall
+from ..errors import ParseError
 from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
 from . import PARSER_NAME
 from ._common import (
@@ -29,6 +30,8 @@ from ._common import (
     answer_of,
     arguments_json,
     chat_thinking,
+    hold_split,
+    logger,
     require_engine,
     split_reasoning_text,
     tool_dicts,
@@ -98,6 +101,8 @@ class QwenEncodeReasoningParser(ReasoningParser):
         self._parser: StreamParser | None = None
         self._reasoning = Trimmed()
         self._phase = "reasoning"  # -> "after" (</think> seen) -> "answer" (confirmed)
+        self._fed: list[int] = []  # the IDs read as reasoning, for a call that does not parse
+        self._said = ""  # the reasoning events' text, untrimmed
 
     @property
     def reasoning_start_str(self) -> str:
@@ -168,9 +173,11 @@ class QwenEncodeReasoningParser(ReasoningParser):
                 self._parser = StreamParser(thinking=True, encoder=self._markers)
             close = self._markers.think_close
             cut = ids.index(close) + 1 if close in ids else len(ids)
+            self._fed += ids[:cut]
             text = "".join(
                 e.text for e in self._parser.feed(ids[:cut]) if isinstance(e, ReasoningDelta)
             )
+            self._said += text
             reasoning = self._reasoning.feed(text)
             if cut <= len(ids) and close in ids:
                 self._phase = "after"
@@ -201,7 +208,16 @@ class QwenEncodeReasoningParser(ReasoningParser):
         reasoning, content = [], Trimmed()
         delta = DeltaMessage()
         answer = []
-        for event in self._parser.flush():
+        try:
+            events = self._parser.flush()
+        except ParseError as error:
+            # The call that ended reasoning does not parse: the answer is its raw text.
+            logger.warning("tool call markup did not parse (%s); it is returned as content", error)
+            raw = self._markers.decode(self._fed)
+            start = hold_split(raw, self._said.strip() or None)
+            rest = raw[start:].strip() if start is not None else ""
+            return DeltaMessage(content=rest) if rest else None
+        for event in events:
             if isinstance(event, ReasoningDelta):
                 reasoning.append(event.text)
             elif isinstance(event, ContentDelta):

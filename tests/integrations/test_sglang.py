@@ -169,6 +169,14 @@ def test_malformed_call_is_content(tokenizer: Any) -> None:
     assert stream(case, token_chunks(tokenizer, case.text)) == want
 
 
+def test_malformed_call_without_think_close(tokenizer: Any) -> None:
+    text = "Let me look.\n<tool_call>\n<function=get_weather>\nno parameter\n</tool_call>"
+    case = Case("malformed, no </think>", text, True, TOOLS)
+    want = ("Let me look.", text.split("\n", 1)[1], [])
+    assert batch(case) == want
+    assert stream(case, token_chunks(tokenizer, case.text)) == want
+
+
 def test_structural_tag_name() -> None:
     from qwen_encode.integrations.sglang import QwenEncodeDetector
 

@@ -221,6 +221,16 @@ def test_malformed_call_is_content_not_an_exception(parser_cls: Any, tokenizer: 
     assert stream(parser_cls, tokenizer, case, [3] * 30) == want
 
 
+def test_malformed_call_without_think_close(parser_cls: Any, tokenizer: Any) -> None:
+    """The call that ends reasoning (no </think>) does not parse: only the reasoning parser
+    saw it while streaming, and it must not raise into vLLM either."""
+    text = "Let me look.\n<tool_call>\n<function=get_weather>\nno parameter\n</tool_call>"
+    case = Case("malformed, no </think>", text, True, TOOLS)
+    want = ("Let me look.", text.split("\n", 1)[1], [])
+    assert batch(parser_cls, tokenizer, case) == want
+    assert stream(parser_cls, tokenizer, case) == want
+
+
 def test_the_issue_example(parser_cls: Any, tokenizer: Any) -> None:
     """vLLM's own parsers give '\\n\\nChecking.\\n\\n' one token at a time (issue 11)."""
     case = REALISTIC[2]
