@@ -231,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--crashes", type=Path, default=CORPUS, help="where crashes are saved")
+    parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs")
+    parser.add_argument("--seed", type=int, default=None, help="libFuzzer's random seed")
     args = parser.parse_args(argv)
     if atheris is None:
         print("atheris is not installed: pip install -e .[test]", file=sys.stderr)
@@ -246,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             [
                 sys.argv[0],
                 f"-max_total_time={max(1, int(seconds))}",
+                *([f"-runs={args.runs}"] if args.runs is not None else []),
+                *([f"-seed={args.seed}"] if args.seed is not None else []),
                 f"-artifact_prefix={args.crashes}/",
                 "-max_len=512",
                 "-timeout=20",
