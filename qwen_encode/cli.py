@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import io
 import json
 import os
@@ -32,7 +31,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import markers as mk
-from .errors import CheckpointError, QwenEncodeError, VocabularyError, shown
+from .data import TEMPLATE_KWARGS, json_type, request_options
+from .errors import CheckpointError, PromptError, QwenEncodeError, VocabularyError, shown
 
 if TYPE_CHECKING:  # the heavy modules (numpy, tokenizers) load only for commands that need them
     from .encoder import Encoder, Encoding
@@ -57,28 +57,6 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what `tool | head` gives for other Unix
 _TERMINATING = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
-
-# The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per line: a typo
-# such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
-TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "preserve_thinking", "add_vision_id")
-
-# Fields of vLLM's tokenize chat request (plus OpenAI's top-level reasoning_effort) that this tool
-# acts on, and those it accepts but that cannot change the IDs: `model` names a served model (the
-# vocabulary here comes from --model), Qwen's tokenizer adds no BOS whatever add_special_tokens
-# says, and mm_processor_kwargs configure the image processor, which runs after tokenization.
-REQUEST_FIELDS = frozenset(
-    {
-        "messages",
-        "tools",
-        "add_generation_prompt",
-        "continue_final_message",
-        "chat_template_kwargs",
-        "chat_template",
-        "reasoning_effort",
-        "return_token_strs",
-    }
-)
-IGNORED_REQUEST_FIELDS = frozenset({"model", "add_special_tokens", "mm_processor_kwargs"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,18 +124,6 @@ def _error_record(error: BaseException, line: int) -> dict[str, Any]:
         kind = type(error).__name__
         message = f"{error} (unexpected {kind} inside qwen-encode: please report it)"
     return {"error": {"type": kind, "message": message, "line": line}}
-
-
-def _json_type(value: Any) -> str:
-    return {
-        dict: "object",
-        list: "array",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,93 +470,20 @@ def _request(value: Any, line: int, tally: Tally | None) -> Request:
     request of the wrong shape, PromptError for a conversation the protocol cannot render."""
     from .protocol import format_prompt
 
-    if not isinstance(value, dict):
-        raise LineError(
-            "RequestError", f"a request must be a JSON object, got a JSON {_json_type(value)}"
+    try:
+        options = request_options(
+            value, None if tally is None else (lambda name: tally.ignore(name, line))
         )
-    if "messages" not in value:
-        raise LineError("RequestError", 'missing "messages" (the conversation to render)')
-    # The shapes of the request itself are checked here; what is inside them, by format_prompt.
-    for name, allowed in (("messages", (list,)), ("tools", (list, type(None)))):
-        if name in value and not isinstance(value[name], allowed):
-            expected = "a JSON array" + (" or null" if type(None) in allowed else "")
-            raise LineError(
-                "RequestError",
-                f'"{name}" must be {expected}, got a JSON {_json_type(value[name])}',
-            )
-    if tally is not None:
-        for key in value:
-            if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
-                tally.ignore(key, line)
-    if value.get("chat_template") is not None:
-        raise LineError(
-            "RequestError",
-            "chat_template overrides are not supported: qwen-encode renders the Qwen 3.8 "
-            "template, natively",
-        )
-
-    kwargs = value.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict):
-        raise LineError(
-            "RequestError",
-            f"chat_template_kwargs must be a JSON object, got a JSON {_json_type(kwargs)}",
-        )
-    unknown = [key for key in kwargs if key not in TEMPLATE_KWARGS]
-    if unknown:
-        raise LineError("RequestError", _unknown_kwargs_message(unknown))
-    # As transformers does for message fields, null means absent (the template's default).
-    options = {key: v for key, v in kwargs.items() if v is not None}
-
-    top_effort = value.get("reasoning_effort")
-    if top_effort is not None:
-        inner = options.get("reasoning_effort")
-        if inner is not None and inner != top_effort:
-            raise LineError(
-                "RequestError",
-                f"reasoning_effort {shown(top_effort)} (top level) conflicts with "
-                f"chat_template_kwargs.reasoning_effort {shown(inner)}",
-            )
-        options["reasoning_effort"] = top_effort
-
-    add_generation_prompt = value.get("add_generation_prompt")
-    continue_final = value.get("continue_final_message")
-    if add_generation_prompt is True and continue_final is True:
-        # vLLM's own check, word for word.
-        raise LineError(
-            "RequestError",
-            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-        )
+    except PromptError as error:
+        raise LineError("RequestError", error.reason) from None
     token_strs = value.get("return_token_strs")
     if token_strs is not None and not isinstance(token_strs, bool):
         raise LineError(
             "RequestError", f"return_token_strs must be a bool, got {shown(token_strs)}"
         )
 
-    prompt = format_prompt(
-        value["messages"],
-        tools=value.get("tools"),
-        # vLLM's default is True; format_prompt ignores it when continuing the final message.
-        add_generation_prompt=True if add_generation_prompt is None else add_generation_prompt,
-        continue_final_message=False if continue_final is None else continue_final,
-        **options,
-    )
+    prompt = format_prompt(**options)
     return Request(prompt, bool(token_strs))
-
-
-def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
-    parts = []
-    for key in unknown:
-        if key in ("add_generation_prompt", "continue_final_message", "tools"):
-            parts.append(f"{key!r} (a top-level request field, not a template option)")
-            continue
-        close = difflib.get_close_matches(key, TEMPLATE_KWARGS, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown chat_template_kwargs {', '.join(parts)}; the Qwen 3.8 template reads "
-        f"{', '.join(TEMPLATE_KWARGS)}"
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -979,7 +872,7 @@ class _Parser:
                 text = value["text"]
                 if not isinstance(text, str):
                     raise LineError(
-                        "RequestError", f'"text" must be a string, got {_json_type(text)}'
+                        "RequestError", f'"text" must be a string, got {json_type(text)}'
                     )
                 completion = parse_completion(
                     _strip_stop_text(text), tools=self.tools, thinking=self.thinking
@@ -1013,7 +906,7 @@ class _Parser:
             raise LineError(
                 "RequestError",
                 'expected a JSON string (completion text) or an object with "text" or '
-                f'"output_ids", got a JSON {_json_type(value)}',
+                f'"output_ids", got a JSON {json_type(value)}',
             )
         message = completion.to_message()
         if "tool_calls" in message:
