@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -352,50 +353,44 @@ def _dump(value: Any) -> bytes:
 
 
 class Progress:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal and the run has
-    lasted long enough to be worth watching; a short run prints nothing."""
+    """Progress on stderr, drawn by tqdm: only on a terminal, and only once a run has lasted
+    half a second (a short run prints nothing). The bar counts input bytes when the size is
+    known (``advance``); rows/s and tokens/s stand beside it (``lines_done``)."""
 
-    DELAY = 0.5  # seconds before the bar appears
-    INTERVAL = 0.1  # seconds between redraws
+    def __init__(self, label: str, total: int | None, enabled: bool, unit: str = "B") -> None:
+        from tqdm import tqdm
 
-    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
-        self.label = label
-        self.total = total or None
-        self.enabled = enabled
-        self.done_bytes = 0
-        self.done_lines = 0
-        self.start = time.monotonic()
-        self.drawn_at = 0.0
-        self.shown = False
+        self.rows = 0
+        self.tokens = 0
+        self.unit = unit
+        self.bar = tqdm(
+            total=total or None,
+            desc=label,
+            unit=unit,
+            unit_scale=unit == "B",
+            disable=not enabled,
+            delay=0.5,
+            leave=False,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
 
     def advance(self, size: int) -> None:
-        self.done_bytes += size
+        self.bar.update(size)
 
-    def lines_done(self, count: int) -> None:
-        self.done_lines += count
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.start < self.DELAY or now - self.drawn_at < self.INTERVAL:
-            return
-        self.drawn_at = now
-        rate = self.done_lines / max(now - self.start, 1e-9)
-        if self.total:
-            fraction = min(self.done_bytes / self.total, 1.0)
-            width = 24
-            bar = "#" * int(fraction * width) + "-" * (width - int(fraction * width))
-            text = f"{self.label} [{bar}] {fraction:4.0%}  {self.done_lines:,} lines  {rate:,.0f}/s"
-        else:
-            text = f"{self.label} {self.done_lines:,} lines  {rate:,.0f}/s"
-        sys.stderr.write("\r" + text + "\x1b[K")
-        sys.stderr.flush()
-        self.shown = True
+    def lines_done(self, count: int, tokens: int = 0) -> None:
+        self.rows += count
+        self.tokens += tokens
+        elapsed = max(self.bar.format_dict.get("elapsed", 0.0), 1e-9)
+        rates = f"{self.rows:,} rows, {self.rows / elapsed:,.0f} rows/s"
+        if self.tokens:
+            rates += f", {self.tokens / elapsed:,.0f} tokens/s"
+        self.bar.set_postfix_str(rates, refresh=False)
+        if self.unit == "rows":  # counting rows: the rows are the bar
+            self.bar.update(count)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.bar.close()
 
 
 @dataclass
@@ -566,9 +561,26 @@ def _encode_chunk(
     return results
 
 
+def _is_parquet(path: str) -> bool:
+    return path != "-" and (path.endswith(".parquet") or Path(path).is_dir())
+
+
 def cmd_encode(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
+    if args.num_proc is not None and args.num_proc < 1:
+        raise UsageError("--num-proc must be at least 1")
+    parquet_in = _is_parquet(args.input)
+    if args.format == "parquet" or parquet_in:
+        return _encode_parquet(args, parquet_in)
+    for option, given in (
+        ("--num-proc", args.num_proc),
+        ("--ray", args.ray),
+        ("--resume", args.resume or None),
+        ("--drop-errors", args.drop_errors or None),
+    ):
+        if given is not None:
+            raise UsageError(f"{option} applies to --format parquet")
     if args.format == "npz" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("--format npz writes binary data: pass -o FILE.npz (or redirect stdout)")
     encoder = _load_encoder(args.model, args.markers_in_text)
@@ -601,6 +613,108 @@ def cmd_encode(args: argparse.Namespace) -> int:
             _write_npz(output, encoder, rows, row_lines)
         output.commit()
     return tally.report()
+
+
+def _encode_parquet(args: argparse.Namespace, parquet_in: bool) -> int:
+    """Parquet out (from Parquet or JSON Lines in): the work is qwen_encode.data's; this parses
+    options, shows progress and prints the summary."""
+    import importlib.util
+
+    from . import data
+
+    if importlib.util.find_spec("pyarrow") is None:
+        raise UsageError("--format parquet needs pyarrow: pip install 'qwen-encode[data]'")
+    if args.format != "parquet":
+        raise UsageError("Parquet input is written as Parquet: pass --format parquet")
+    if args.output in (None, "-"):
+        raise UsageError("--format parquet writes files: pass -o FILE.parquet (or -o FOLDER)")
+    if not parquet_in and (args.num_proc is not None or args.ray is not None or args.resume):
+        raise UsageError("--num-proc, --ray and --resume read Parquet input (a file or a folder)")
+    if args.ray is not None and args.resume:
+        raise UsageError("--resume applies to the datasets path: a Ray run writes its folder whole")
+    encoder = _load_encoder(args.model, args.markers_in_text)
+    started = time.monotonic()
+    enabled = not args.no_progress and sys.stderr.isatty()
+    try:
+        if not parquet_in:
+            summary = _jsonl_to_parquet(args, encoder)
+        elif args.ray is not None:
+            summary = data.encode_ray(
+                encoder,
+                args.input,
+                args.output,
+                columns=args.columns,
+                drop_errors=args.drop_errors,
+                batch_size=args.batch_size,
+                address=None if args.ray == "local" else args.ray,
+            )
+        else:
+            if args.num_proc is not None and args.num_proc > 1:
+                import datasets
+
+                datasets.disable_progress_bars()  # ours counts rows and tokens over all shards
+            progress = Progress("encode", data.count_rows(args.input), enabled, unit="rows")
+            try:
+                summary = data.encode_parquet(
+                    encoder,
+                    args.input,
+                    args.output,
+                    num_proc=args.num_proc,
+                    columns=args.columns,
+                    drop_errors=args.drop_errors,
+                    resume=args.resume,
+                    batch_size=args.batch_size,
+                    progress=lambda part: progress.lines_done(part.rows, part.tokens),
+                )
+            finally:
+                progress.close()
+    except PromptError as error:  # an input or output path that cannot be used
+        raise UsageError(str(error)) from None
+    _report_summary(summary, time.monotonic() - started)
+    return EXIT_LINES_FAILED if summary.error_rows else EXIT_OK
+
+
+def _jsonl_to_parquet(args: argparse.Namespace, encoder: Encoder) -> Any:
+    import pyarrow.parquet as pq
+
+    from . import data
+
+    total = data.Summary()
+    with _line_job(args, "encode", args.batch_size) as (chunks, output, progress):
+        writer = None
+        for chunk in chunks:
+            requests = [line.value if line.error is None else line.error for line in chunk]
+            table = data.encode_requests(encoder, requests, args.columns)
+            part = data.summarize(table)
+            if writer is None:
+                writer = pq.ParquetWriter(output.stream, table.schema)
+            writer.write_table(data.kept_rows(table, args.drop_errors))
+            total += part
+            progress.lines_done(part.rows, part.tokens)
+        if writer is None:
+            writer = pq.ParquetWriter(
+                output.stream, data.encode_requests(encoder, [], args.columns).schema
+            )
+        writer.close()
+        output.commit()
+    if args.drop_errors:
+        total = dataclasses.replace(total, dropped=total.error_rows)
+    return dataclasses.replace(total, shards_written=1)
+
+
+def _report_summary(summary: Any, seconds: float) -> None:
+    kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.errors.items()))
+    errors = f"{summary.error_rows:,} error rows" + (f" ({kinds})" if kinds else "")
+    if summary.dropped:
+        errors += f", {summary.dropped:,} dropped (--drop-errors)"
+    shards = f"{summary.shards_written:,} shards written"
+    if summary.shards_skipped:
+        shards += f", {summary.shards_skipped:,} skipped (--resume)"
+    rate = summary.tokens / seconds if seconds > 0 else 0.0
+    _warn(
+        f"encode: {summary.rows:,} rows, {summary.tokens:,} tokens, {errors}; {shards}; "
+        f"{seconds:.1f} s ({rate:,.0f} tokens/s)"
+    )
 
 
 def _encoding_record(
@@ -993,6 +1107,14 @@ Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise
 --format npz writes padded arrays input_ids, attention_mask, assistant_mask (one row per
 successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each
 row, since failed lines have no row (their errors go to stderr).
+
+--format parquet writes training rows (README "Training data"): input_ids list<int32>, and by
+--columns assistant_masks list<int8> (TRL), attention_mask and labels (-100 outside the mask,
+axolotl), plus num_tokens and error (null, or "Type: message"). Row i answers request i; an
+error row keeps its place with empty lists unless --drop-errors. INPUT may then also be a
+.parquet file or a folder of shards (one output shard of the same name each, in the -o folder,
+each written atomically); --num-proc N uses datasets, --ray [ADDRESS] Ray Data. A summary
+(rows, tokens, error rows by type, time) goes to stderr; exit 1 when any row failed.
 """
 
 ENCODE_EXAMPLE = f"""\
@@ -1001,6 +1123,8 @@ examples:
   {PROG} encode --model {DEFAULT_MODEL} requests.jsonl -o ids.jsonl --assistant-mask
   {PROG} encode --model ./my-checkpoint train.jsonl --format npz -o train.npz
   echo '{{"messages": [{{"role": "user", "content": "Hi"}}]}}' | {PROG} encode --model ./ckpt
+  {PROG} encode --model ./ckpt chats/ --format parquet -o rows/ --num-proc 8 --resume
+  {PROG} encode --model ./ckpt s3://bucket/chats/ --format parquet -o rows/ --ray auto
 """
 
 RENDER_HELP = """\
@@ -1125,9 +1249,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     encode.add_argument(
         "--format",
-        choices=("jsonl", "npz"),
+        choices=("jsonl", "npz", "parquet"),
         default="jsonl",
-        help="JSON Lines (default), or padded NumPy arrays (see above)",
+        help="JSON Lines (default), padded NumPy arrays, or Parquet training rows (see above)",
+    )
+    encode.add_argument(
+        "--columns",
+        choices=("trl", "axolotl", "all"),
+        default="trl",
+        help="Parquet columns: trl (input_ids, assistant_masks), axolotl (input_ids, "
+        "attention_mask, labels), all; num_tokens and error always",
+    )
+    encode.add_argument(
+        "--num-proc",
+        type=int,
+        metavar="N",
+        help="Parquet input: encode with Hugging Face datasets in N processes",
+    )
+    encode.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="Parquet input: encode with Ray Data on the cluster at ADDRESS (local Ray if none)",
+    )
+    encode.add_argument(
+        "--resume",
+        action="store_true",
+        help="Parquet folder input: skip shards whose output already exists (they are whole)",
+    )
+    encode.add_argument(
+        "--drop-errors",
+        action="store_true",
+        help="Parquet output: leave error rows out (they are counted in the summary)",
     )
     encode.add_argument(
         "--batch-size",

@@ -62,10 +62,13 @@ __all__ = [
     "ColumnSet",
     "EncodeBatches",
     "Summary",
+    "count_rows",
     "encode_dataset",
     "encode_parquet",
     "encode_ray",
+    "encode_requests",
     "encode_table",
+    "kept_rows",
     "parquet_shards",
     "request_options",
     "summarize",
@@ -233,8 +236,9 @@ class _RowError(Exception):
 
 
 def _error_text(error: BaseException) -> str:
-    if isinstance(error, _RowError):
-        return f"{error.kind}: {error.message}"
+    kind, message = getattr(error, "kind", None), getattr(error, "message", None)
+    if isinstance(kind, str) and isinstance(message, str):  # _RowError, or the CLI's LineError
+        return f"{kind}: {message}"
     if isinstance(error, QwenEncodeError):
         return f"{type(error).__name__}: {error}"
     # Not raised on purpose: a bug met on this row. Kept in its row like any bad one, named so.
@@ -294,15 +298,27 @@ def encode_table(encoder: Encoder, batch: Any, columns: ColumnSet = "trl") -> pa
     """The row function: a batch of requests (a pyarrow Table or RecordBatch, or a dict of
     columns as ``datasets.map(batched=True)`` passes it) -> a pyarrow Table of ``COLUMNS[columns]``
     with one row per input row, in order. Columns other than the request fields are ignored."""
+    return encode_requests(encoder, _rows(batch), columns)
+
+
+def encode_requests(
+    encoder: Encoder, requests: Sequence[Any], columns: ColumnSet = "trl"
+) -> pa.Table:
+    """``encode_table`` for a list of requests (dicts in the ``qwen-encode encode`` shape). An
+    item that is an exception stands for a row that already failed (a line that was not JSON):
+    it is answered with its own error, in its place."""
     import numpy as np
     import pyarrow as pa
 
     names = _check_columns(columns)
-    rows = _rows(batch)
+    rows = list(requests)
     errors: list[str | None] = [None] * len(rows)
     prompts: list[Prompt] = []
     where: list[int] = []
     for index, row in enumerate(rows):
+        if isinstance(row, BaseException):
+            errors[index] = _error_text(row)
+            continue
         try:
             prompts.append(_row_prompt(row))
             where.append(index)
@@ -391,7 +407,8 @@ def summarize(table: pa.Table) -> Summary:
     return Summary(rows=table.num_rows, tokens=int(tokens), errors=dict(errors))
 
 
-def _kept(table: pa.Table, drop_errors: bool) -> pa.Table:
+def kept_rows(table: pa.Table, drop_errors: bool) -> pa.Table:
+    """``table`` without its error rows when ``drop_errors``, else unchanged."""
     if not drop_errors:
         return table
     import pyarrow.compute as pc
@@ -543,6 +560,13 @@ def parquet_shards(path: str | os.PathLike[str]) -> list[Path]:
     raise PromptError(f"{where}: no such file or folder", field="input")
 
 
+def count_rows(path: str | os.PathLike[str]) -> int:
+    """Rows in a Parquet file or folder of shards, from the files' footers (nothing is read)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(shard).metadata.num_rows for shard in parquet_shards(path))
+
+
 def encode_parquet(
     source: Encoder | str | os.PathLike[str],
     inputs: str | os.PathLike[str],
@@ -590,7 +614,7 @@ def encode_parquet(
             )
             table = encoded.data.table
             part = summarize(table)
-            write_parquet(_kept(table, drop_errors), out)
+            write_parquet(kept_rows(table, drop_errors), out)
             part = _with(part, dropped=part.error_rows if drop_errors else 0, shards_written=1)
             if progress is not None:
                 progress(part)
@@ -602,7 +626,7 @@ def encode_parquet(
             for batch in pq.ParquetFile(shard).iter_batches(batch_size=batch_size):
                 table = encode_table(encoder, batch, columns)
                 part = summarize(table)
-                kept = _kept(table, drop_errors)
+                kept = kept_rows(table, drop_errors)
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, kept.schema)
                 writer.write_table(kept)
