@@ -20,10 +20,11 @@ extension type ever sees a ragged numpy array:
 
 The request shape is the one ``qwen-encode encode`` reads (vLLM's tokenize chat request):
 ``messages``, ``tools``, ``add_generation_prompt``, ``continue_final_message``,
-``chat_template_kwargs``, top-level ``reasoning_effort``. In Parquet, ``messages`` and ``tools``
-may be JSON text (one string per row), which survives Arrow unchanged; as nested structs, Arrow
-fills every key missing from a row with null, which the protocol reads as absent (as transformers
-does), so keep tool-call ``arguments`` and tool schemas as JSON strings there.
+``chat_template_kwargs``, top-level ``reasoning_effort``. In Parquet, ``messages``, ``tools`` and
+``chat_template_kwargs`` may be JSON text (one string per row), which survives Arrow unchanged.
+As nested structs, Arrow fills every key missing from a row with null, which the protocol reads
+as absent (as transformers does), but it also unions the keys of tool schemas and tool-call
+arguments across rows: keep those as JSON strings.
 
 This module imports numpy, pyarrow, datasets and ray only inside the functions that need them:
 the command line loads it for every ``encode`` and ``render`` run.
@@ -210,7 +211,7 @@ def _row_prompt(row: dict[str, Any]) -> Prompt:
     """One table row -> its prompt; raises ``_RowError`` or a ``QwenEncodeError``."""
     from .protocol import format_prompt
 
-    for name in ("messages", "tools"):
+    for name in ("messages", "tools", "chat_template_kwargs"):
         # JSON text in a string column: the way nested, heterogeneous values survive Parquet.
         if isinstance(row.get(name), str):
             try:
