@@ -699,7 +699,9 @@ def encode_ray(
     context = ray.data.DataContext.get_current()
     order = context.execution_options.preserve_order
     context.execution_options.preserve_order = True
-    dataset = ray.data.read_parquet(paths)
+    # Blocks of at most batch_size rows (a streaming split, not a shuffle): Ray reads small
+    # shards into one block, and one block is one task for one actor while the others idle.
+    dataset = ray.data.read_parquet(paths).repartition(target_num_rows_per_block=batch_size)
     encoded = dataset.map_batches(
         EncodeBatches,
         fn_constructor_args=(encoder, columns),

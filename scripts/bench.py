@@ -287,6 +287,7 @@ def main() -> None:
         "--data-engine", default="tokenizers", help="engine for section 7 (tokenizers, fastokens)"
     )
     parser.add_argument("--skip-ray", action="store_true", help="section 7 without Ray")
+    parser.add_argument("--data-batch", type=int, default=32, help="rows per batch in 7")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -499,13 +500,15 @@ def _data(model: str, args: argparse.Namespace) -> None:
         return out
 
     def one_process() -> int:
-        return data.encode_parquet(encoder, shards, fresh("one")).tokens
+        return data.encode_parquet(encoder, shards, fresh("one"), batch_size=args.data_batch).tokens
 
     def with_datasets(num_proc: int) -> Callable[[], int]:
         def task() -> int:
             files = [str(p) for p in sorted(shards.iterdir())]
             dataset = datasets.Dataset.from_parquet(files, keep_in_memory=True)
-            encoded = data.encode_dataset(dataset, encoder, num_proc=num_proc)
+            encoded = data.encode_dataset(
+                dataset, encoder, num_proc=num_proc, batch_size=args.data_batch
+            )
             out = fresh(f"datasets{num_proc}")
             out.mkdir()
             encoded.to_parquet(str(out / "rows.parquet"))
@@ -526,7 +529,9 @@ def _data(model: str, args: argparse.Namespace) -> None:
             ray.data.DataContext.get_current().enable_progress_bars = False
 
             def with_ray() -> int:
-                return data.encode_ray(encoder, shards, fresh("ray")).tokens
+                return data.encode_ray(
+                    encoder, shards, fresh("ray"), batch_size=args.data_batch
+                ).tokens
 
             with_ray()  # cold: Ray's workers start; what follows is warm
             tasks["Ray Data local (2 actors)"] = with_ray
