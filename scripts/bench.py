@@ -499,11 +499,15 @@ def _data(model: str, args: argparse.Namespace) -> None:
         shutil.rmtree(out, ignore_errors=True)
         return out
 
+    # Every run starts with an empty run cache, as a worker's unpickled encoder does (the cache
+    # does not travel): otherwise the in-process runs would find every text already encoded.
     def one_process() -> int:
+        encoder.clear_cache()
         return data.encode_parquet(encoder, shards, fresh("one"), batch_size=args.data_batch).tokens
 
     def with_datasets(num_proc: int) -> Callable[[], int]:
         def task() -> int:
+            encoder.clear_cache()
             files = [str(p) for p in sorted(shards.iterdir())]
             dataset = datasets.Dataset.from_parquet(files, keep_in_memory=True)
             encoded = data.encode_dataset(
