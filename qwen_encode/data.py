@@ -549,7 +549,7 @@ def encode_dataset(
 
 def parquet_shards(path: str | os.PathLike[str]) -> list[Path]:
     """The Parquet files of ``path``: the file itself, or a folder's ``*.parquet`` files in
-    name order. Raises ``CheckpointError``-free ``PromptError`` naming the path when none."""
+    name order. Raises ``PromptError`` naming the path when there are none."""
     where = Path(path)
     if where.is_file():
         return [where]
