@@ -8,6 +8,7 @@ and a hub id that cannot be resolved is an error naming the repo, the revision a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import stat
@@ -54,6 +55,10 @@ class CheckpointFiles:
     chat_template: Path | None
     config: Path | None
     generation_config: Path | None
+    # A hub checkpoint travels to another machine as its id and revision (a pickled Encoder),
+    # a local one as its files: the folder may not exist there.
+    from_hub: bool = False
+    revision: str | None = None
 
     @classmethod
     def in_folder(cls, source: str, folder: Path, tokenizer_json: Path) -> CheckpointFiles:
@@ -305,4 +310,8 @@ def _resolve_hub(
             f"{where}: {tokenizer_json} is missing from the snapshot; the repo has no "
             f"{TOKENIZER_JSON}, or the cache at {shown_cache} is incomplete"
         )
-    return CheckpointFiles.in_folder(repo_id, snapshot, tokenizer_json)
+    return dataclasses.replace(
+        CheckpointFiles.in_folder(repo_id, snapshot, tokenizer_json),
+        from_hub=True,
+        revision=revision,
+    )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
+import dataclasses
 import io
 import json
 import os
@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import markers as mk
-from .errors import CheckpointError, QwenEncodeError, VocabularyError, shown
+from .data import TEMPLATE_KWARGS, json_type, request_options
+from .errors import CheckpointError, PromptError, QwenEncodeError, VocabularyError, shown
 
 if TYPE_CHECKING:  # the heavy modules (numpy, tokenizers) load only for commands that need them
     from .encoder import Encoder, Encoding
@@ -57,28 +58,6 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what `tool | head` gives for other Unix
 _TERMINATING = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
-
-# The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per line: a typo
-# such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
-TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "preserve_thinking", "add_vision_id")
-
-# Fields of vLLM's tokenize chat request (plus OpenAI's top-level reasoning_effort) that this tool
-# acts on, and those it accepts but that cannot change the IDs: `model` names a served model (the
-# vocabulary here comes from --model), Qwen's tokenizer adds no BOS whatever add_special_tokens
-# says, and mm_processor_kwargs configure the image processor, which runs after tokenization.
-REQUEST_FIELDS = frozenset(
-    {
-        "messages",
-        "tools",
-        "add_generation_prompt",
-        "continue_final_message",
-        "chat_template_kwargs",
-        "chat_template",
-        "reasoning_effort",
-        "return_token_strs",
-    }
-)
-IGNORED_REQUEST_FIELDS = frozenset({"model", "add_special_tokens", "mm_processor_kwargs"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,18 +125,6 @@ def _error_record(error: BaseException, line: int) -> dict[str, Any]:
         kind = type(error).__name__
         message = f"{error} (unexpected {kind} inside qwen-encode: please report it)"
     return {"error": {"type": kind, "message": message, "line": line}}
-
-
-def _json_type(value: Any) -> str:
-    return {
-        dict: "object",
-        list: "array",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,50 +353,44 @@ def _dump(value: Any) -> bytes:
 
 
 class Progress:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal and the run has
-    lasted long enough to be worth watching; a short run prints nothing."""
+    """Progress on stderr, drawn by tqdm: only on a terminal, and only once a run has lasted
+    half a second (a short run prints nothing). The bar counts input bytes when the size is
+    known (``advance``); rows/s and tokens/s stand beside it (``lines_done``)."""
 
-    DELAY = 0.5  # seconds before the bar appears
-    INTERVAL = 0.1  # seconds between redraws
+    def __init__(self, label: str, total: int | None, enabled: bool, unit: str = "B") -> None:
+        from tqdm import tqdm
 
-    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
-        self.label = label
-        self.total = total or None
-        self.enabled = enabled
-        self.done_bytes = 0
-        self.done_lines = 0
-        self.start = time.monotonic()
-        self.drawn_at = 0.0
-        self.shown = False
+        self.rows = 0
+        self.tokens = 0
+        self.unit = unit
+        self.bar = tqdm(
+            total=total or None,
+            desc=label,
+            unit=unit,
+            unit_scale=unit == "B",
+            disable=not enabled,
+            delay=0.5,
+            leave=False,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
 
     def advance(self, size: int) -> None:
-        self.done_bytes += size
+        self.bar.update(size)
 
-    def lines_done(self, count: int) -> None:
-        self.done_lines += count
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.start < self.DELAY or now - self.drawn_at < self.INTERVAL:
-            return
-        self.drawn_at = now
-        rate = self.done_lines / max(now - self.start, 1e-9)
-        if self.total:
-            fraction = min(self.done_bytes / self.total, 1.0)
-            width = 24
-            bar = "#" * int(fraction * width) + "-" * (width - int(fraction * width))
-            text = f"{self.label} [{bar}] {fraction:4.0%}  {self.done_lines:,} lines  {rate:,.0f}/s"
-        else:
-            text = f"{self.label} {self.done_lines:,} lines  {rate:,.0f}/s"
-        sys.stderr.write("\r" + text + "\x1b[K")
-        sys.stderr.flush()
-        self.shown = True
+    def lines_done(self, count: int, tokens: int = 0) -> None:
+        self.rows += count
+        self.tokens += tokens
+        elapsed = max(self.bar.format_dict.get("elapsed", 0.0), 1e-9)
+        rates = f"{self.rows:,} rows, {self.rows / elapsed:,.0f} rows/s"
+        if self.tokens:
+            rates += f", {self.tokens / elapsed:,.0f} tokens/s"
+        self.bar.set_postfix_str(rates, refresh=False)
+        if self.unit == "rows":  # counting rows: the rows are the bar
+            self.bar.update(count)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.bar.close()
 
 
 @dataclass
@@ -504,93 +465,20 @@ def _request(value: Any, line: int, tally: Tally | None) -> Request:
     request of the wrong shape, PromptError for a conversation the protocol cannot render."""
     from .protocol import format_prompt
 
-    if not isinstance(value, dict):
-        raise LineError(
-            "RequestError", f"a request must be a JSON object, got a JSON {_json_type(value)}"
+    try:
+        options = request_options(
+            value, None if tally is None else (lambda name: tally.ignore(name, line))
         )
-    if "messages" not in value:
-        raise LineError("RequestError", 'missing "messages" (the conversation to render)')
-    # The shapes of the request itself are checked here; what is inside them, by format_prompt.
-    for name, allowed in (("messages", (list,)), ("tools", (list, type(None)))):
-        if name in value and not isinstance(value[name], allowed):
-            expected = "a JSON array" + (" or null" if type(None) in allowed else "")
-            raise LineError(
-                "RequestError",
-                f'"{name}" must be {expected}, got a JSON {_json_type(value[name])}',
-            )
-    if tally is not None:
-        for key in value:
-            if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
-                tally.ignore(key, line)
-    if value.get("chat_template") is not None:
-        raise LineError(
-            "RequestError",
-            "chat_template overrides are not supported: qwen-encode renders the Qwen 3.8 "
-            "template, natively",
-        )
-
-    kwargs = value.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict):
-        raise LineError(
-            "RequestError",
-            f"chat_template_kwargs must be a JSON object, got a JSON {_json_type(kwargs)}",
-        )
-    unknown = [key for key in kwargs if key not in TEMPLATE_KWARGS]
-    if unknown:
-        raise LineError("RequestError", _unknown_kwargs_message(unknown))
-    # As transformers does for message fields, null means absent (the template's default).
-    options = {key: v for key, v in kwargs.items() if v is not None}
-
-    top_effort = value.get("reasoning_effort")
-    if top_effort is not None:
-        inner = options.get("reasoning_effort")
-        if inner is not None and inner != top_effort:
-            raise LineError(
-                "RequestError",
-                f"reasoning_effort {shown(top_effort)} (top level) conflicts with "
-                f"chat_template_kwargs.reasoning_effort {shown(inner)}",
-            )
-        options["reasoning_effort"] = top_effort
-
-    add_generation_prompt = value.get("add_generation_prompt")
-    continue_final = value.get("continue_final_message")
-    if add_generation_prompt is True and continue_final is True:
-        # vLLM's own check, word for word.
-        raise LineError(
-            "RequestError",
-            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-        )
+    except PromptError as error:
+        raise LineError("RequestError", error.reason) from None
     token_strs = value.get("return_token_strs")
     if token_strs is not None and not isinstance(token_strs, bool):
         raise LineError(
             "RequestError", f"return_token_strs must be a bool, got {shown(token_strs)}"
         )
 
-    prompt = format_prompt(
-        value["messages"],
-        tools=value.get("tools"),
-        # vLLM's default is True; format_prompt ignores it when continuing the final message.
-        add_generation_prompt=True if add_generation_prompt is None else add_generation_prompt,
-        continue_final_message=False if continue_final is None else continue_final,
-        **options,
-    )
+    prompt = format_prompt(**options)
     return Request(prompt, bool(token_strs))
-
-
-def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
-    parts = []
-    for key in unknown:
-        if key in ("add_generation_prompt", "continue_final_message", "tools"):
-            parts.append(f"{key!r} (a top-level request field, not a template option)")
-            continue
-        close = difflib.get_close_matches(key, TEMPLATE_KWARGS, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown chat_template_kwargs {', '.join(parts)}; the Qwen 3.8 template reads "
-        f"{', '.join(TEMPLATE_KWARGS)}"
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -673,9 +561,26 @@ def _encode_chunk(
     return results
 
 
+def _is_parquet(path: str) -> bool:
+    return path != "-" and (path.endswith(".parquet") or Path(path).is_dir())
+
+
 def cmd_encode(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
+    if args.num_proc is not None and args.num_proc < 1:
+        raise UsageError("--num-proc must be at least 1")
+    parquet_in = _is_parquet(args.input)
+    if args.format == "parquet" or parquet_in:
+        return _encode_parquet(args, parquet_in)
+    for option, given in (
+        ("--num-proc", args.num_proc),
+        ("--ray", args.ray),
+        ("--resume", args.resume or None),
+        ("--drop-errors", args.drop_errors or None),
+    ):
+        if given is not None:
+            raise UsageError(f"{option} applies to --format parquet")
     if args.format == "npz" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("--format npz writes binary data: pass -o FILE.npz (or redirect stdout)")
     encoder = _load_encoder(args.model, args.markers_in_text)
@@ -708,6 +613,108 @@ def cmd_encode(args: argparse.Namespace) -> int:
             _write_npz(output, encoder, rows, row_lines)
         output.commit()
     return tally.report()
+
+
+def _encode_parquet(args: argparse.Namespace, parquet_in: bool) -> int:
+    """Parquet out (from Parquet or JSON Lines in): the work is qwen_encode.data's; this parses
+    options, shows progress and prints the summary."""
+    import importlib.util
+
+    from . import data
+
+    if importlib.util.find_spec("pyarrow") is None:
+        raise UsageError("--format parquet needs pyarrow: pip install 'qwen-encode[data]'")
+    if args.format != "parquet":
+        raise UsageError("Parquet input is written as Parquet: pass --format parquet")
+    if args.output in (None, "-"):
+        raise UsageError("--format parquet writes files: pass -o FILE.parquet (or -o FOLDER)")
+    if not parquet_in and (args.num_proc is not None or args.ray is not None or args.resume):
+        raise UsageError("--num-proc, --ray and --resume read Parquet input (a file or a folder)")
+    if args.ray is not None and args.resume:
+        raise UsageError("--resume applies to the datasets path: a Ray run writes its folder whole")
+    encoder = _load_encoder(args.model, args.markers_in_text)
+    started = time.monotonic()
+    enabled = not args.no_progress and sys.stderr.isatty()
+    try:
+        if not parquet_in:
+            summary = _jsonl_to_parquet(args, encoder)
+        elif args.ray is not None:
+            summary = data.encode_ray(
+                encoder,
+                args.input,
+                args.output,
+                columns=args.columns,
+                drop_errors=args.drop_errors,
+                batch_size=args.batch_size,
+                address=None if args.ray == "local" else args.ray,
+            )
+        else:
+            if args.num_proc is not None and args.num_proc > 1:
+                import datasets
+
+                datasets.disable_progress_bars()  # ours counts rows and tokens over all shards
+            progress = Progress("encode", data.count_rows(args.input), enabled, unit="rows")
+            try:
+                summary = data.encode_parquet(
+                    encoder,
+                    args.input,
+                    args.output,
+                    num_proc=args.num_proc,
+                    columns=args.columns,
+                    drop_errors=args.drop_errors,
+                    resume=args.resume,
+                    batch_size=args.batch_size,
+                    progress=lambda part: progress.lines_done(part.rows, part.tokens),
+                )
+            finally:
+                progress.close()
+    except PromptError as error:  # an input or output path that cannot be used
+        raise UsageError(str(error)) from None
+    _report_summary(summary, time.monotonic() - started)
+    return EXIT_LINES_FAILED if summary.error_rows else EXIT_OK
+
+
+def _jsonl_to_parquet(args: argparse.Namespace, encoder: Encoder) -> Any:
+    import pyarrow.parquet as pq
+
+    from . import data
+
+    total = data.Summary()
+    with _line_job(args, "encode", args.batch_size) as (chunks, output, progress):
+        writer = None
+        for chunk in chunks:
+            requests = [line.value if line.error is None else line.error for line in chunk]
+            table = data.encode_requests(encoder, requests, args.columns)
+            part = data.summarize(table)
+            if writer is None:
+                writer = pq.ParquetWriter(output.stream, table.schema)
+            writer.write_table(data.kept_rows(table, args.drop_errors))
+            total += part
+            progress.lines_done(part.rows, part.tokens)
+        if writer is None:
+            writer = pq.ParquetWriter(
+                output.stream, data.encode_requests(encoder, [], args.columns).schema
+            )
+        writer.close()
+        output.commit()
+    if args.drop_errors:
+        total = dataclasses.replace(total, dropped=total.error_rows)
+    return dataclasses.replace(total, shards_written=1)
+
+
+def _report_summary(summary: Any, seconds: float) -> None:
+    kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.errors.items()))
+    errors = f"{summary.error_rows:,} error rows" + (f" ({kinds})" if kinds else "")
+    if summary.dropped:
+        errors += f", {summary.dropped:,} dropped (--drop-errors)"
+    shards = f"{summary.shards_written:,} shards written"
+    if summary.shards_skipped:
+        shards += f", {summary.shards_skipped:,} skipped (--resume)"
+    rate = summary.tokens / seconds if seconds > 0 else 0.0
+    _warn(
+        f"encode: {summary.rows:,} rows, {summary.tokens:,} tokens, {errors}; {shards}; "
+        f"{seconds:.1f} s ({rate:,.0f} tokens/s)"
+    )
 
 
 def _encoding_record(
@@ -979,7 +986,7 @@ class _Parser:
                 text = value["text"]
                 if not isinstance(text, str):
                     raise LineError(
-                        "RequestError", f'"text" must be a string, got {_json_type(text)}'
+                        "RequestError", f'"text" must be a string, got {json_type(text)}'
                     )
                 completion = parse_completion(
                     _strip_stop_text(text), tools=self.tools, thinking=self.thinking
@@ -1013,7 +1020,7 @@ class _Parser:
             raise LineError(
                 "RequestError",
                 'expected a JSON string (completion text) or an object with "text" or '
-                f'"output_ids", got a JSON {_json_type(value)}',
+                f'"output_ids", got a JSON {json_type(value)}',
             )
         message = completion.to_message()
         if "tool_calls" in message:
@@ -1100,6 +1107,14 @@ Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise
 --format npz writes padded arrays input_ids, attention_mask, assistant_mask (one row per
 successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each
 row, since failed lines have no row (their errors go to stderr).
+
+--format parquet writes training rows (README "Training data"): input_ids list<int32>, and by
+--columns assistant_masks list<int8> (TRL), attention_mask and labels (-100 outside the mask,
+axolotl), plus num_tokens and error (null, or "Type: message"). Row i answers request i; an
+error row keeps its place with empty lists unless --drop-errors. INPUT may then also be a
+.parquet file or a folder of shards (one output shard of the same name each, in the -o folder,
+each written atomically); --num-proc N uses datasets, --ray [ADDRESS] Ray Data. A summary
+(rows, tokens, error rows by type, time) goes to stderr; exit 1 when any row failed.
 """
 
 ENCODE_EXAMPLE = f"""\
@@ -1108,6 +1123,8 @@ examples:
   {PROG} encode --model {DEFAULT_MODEL} requests.jsonl -o ids.jsonl --assistant-mask
   {PROG} encode --model ./my-checkpoint train.jsonl --format npz -o train.npz
   echo '{{"messages": [{{"role": "user", "content": "Hi"}}]}}' | {PROG} encode --model ./ckpt
+  {PROG} encode --model ./ckpt chats/ --format parquet -o rows/ --num-proc 8 --resume
+  {PROG} encode --model ./ckpt s3://bucket/chats/ --format parquet -o rows/ --ray auto
 """
 
 RENDER_HELP = """\
@@ -1232,9 +1249,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     encode.add_argument(
         "--format",
-        choices=("jsonl", "npz"),
+        choices=("jsonl", "npz", "parquet"),
         default="jsonl",
-        help="JSON Lines (default), or padded NumPy arrays (see above)",
+        help="JSON Lines (default), padded NumPy arrays, or Parquet training rows (see above)",
+    )
+    encode.add_argument(
+        "--columns",
+        choices=("trl", "axolotl", "all"),
+        default="trl",
+        help="Parquet columns: trl (input_ids, assistant_masks), axolotl (input_ids, "
+        "attention_mask, labels), all; num_tokens and error always",
+    )
+    encode.add_argument(
+        "--num-proc",
+        type=int,
+        metavar="N",
+        help="Parquet input: encode with Hugging Face datasets in N processes",
+    )
+    encode.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="Parquet input: encode with Ray Data on the cluster at ADDRESS (local Ray if none)",
+    )
+    encode.add_argument(
+        "--resume",
+        action="store_true",
+        help="Parquet folder input: skip shards whose output already exists (they are whole)",
+    )
+    encode.add_argument(
+        "--drop-errors",
+        action="store_true",
+        help="Parquet output: leave error rows out (they are counted in the summary)",
     )
     encode.add_argument(
         "--batch-size",

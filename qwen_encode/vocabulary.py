@@ -166,6 +166,22 @@ class Vocabulary:
     added_tokens: Mapping[str, int]
     report: ValidationReport
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A MappingProxyType cannot be pickled ("cannot pickle 'mappingproxy'"), which kept every
+        # Encoder out of datasets' and Ray's worker processes; the dicts behind them can.
+        state = (self.tokenizer, dict(self.marker_ids), dict(self.added_tokens), self.report)
+        return (_vocabulary_from_state, state)
+
+
+def _vocabulary_from_state(
+    tokenizer: tokenizers.Tokenizer,
+    marker_ids: dict[str, int],
+    added_tokens: dict[str, int],
+    report: ValidationReport,
+) -> Vocabulary:
+    marker_view, added_view = MappingProxyType(marker_ids), MappingProxyType(added_tokens)
+    return Vocabulary(tokenizer, marker_view, added_view, report)
+
 
 def load_vocabulary(files: CheckpointFiles) -> Vocabulary:
     """Load ``files.tokenizer_json`` once and check its markers.

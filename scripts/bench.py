@@ -13,6 +13,10 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
    cost of one new user turn early and late, and their ratio
 5. cold start: process start to the first input_ids of one short request (subprocesses)
 6. load + validate of the vocabulary, per engine (subprocesses, with peak RSS)
+7. training data (``--only-data``): Parquet shards of conversations -> Parquet training rows,
+   end to end (read, encode, write), for one process, ``datasets`` with 1 and 2 processes and
+   Ray Data local; tokens/s and ratios against one process, plus Ray against ``datasets`` at
+   the same parallelism
 
 The corpus is generated deterministically: multi-turn, multilingual, code, reasoning, tools in
 half of the conversations, fine-tuning-like sizes, and words drawn at random so that no cache
@@ -277,6 +281,13 @@ def main() -> None:
     parser.add_argument("--only-cold", action="store_true", help="only sections 5 and 6")
     parser.add_argument("--chat-turns", type=int, default=2000, help="length of the long chat")
     parser.add_argument("--only-long-chat", action="store_true", help="only the long chat of 4")
+    parser.add_argument("--only-data", action="store_true", help="only the training data of 7")
+    parser.add_argument("--shards", type=int, default=8, help="Parquet shards for section 7")
+    parser.add_argument(
+        "--data-engine", default="tokenizers", help="engine for section 7 (tokenizers, fastokens)"
+    )
+    parser.add_argument("--skip-ray", action="store_true", help="section 7 without Ray")
+    parser.add_argument("--data-batch", type=int, default=32, help="rows per batch in 7")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -295,6 +306,9 @@ def main() -> None:
         return
     if args.only_long_chat:
         _long_chat(model, args.chat_turns, args.runs)
+        return
+    if args.only_data:
+        _data(model, args)
         return
     corpus = make_corpus(args.conversations)
     encoders = {
@@ -443,6 +457,101 @@ def main() -> None:
     _long_chat(model, args.chat_turns, args.runs)
     if not args.skip_cold:
         _cold(model, max(3, args.runs))
+
+
+def _data(model: str, args: argparse.Namespace) -> None:
+    """Section 7. Every variant reads the same shards and writes the same rows (checked)."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from qwen_encode import data
+
+    datasets.disable_progress_bars()
+    corpus = make_corpus(args.conversations)
+    work = Path(tempfile.mkdtemp(prefix="qwen-encode-bench-"))
+    shards = work / "in"
+    shards.mkdir()
+    per = -(-len(corpus) // args.shards)
+    for i in range(args.shards):
+        rows = [
+            {
+                "messages": json.dumps(c["messages"]),
+                "tools": None if c["tools"] is None else json.dumps(c["tools"]),
+                "add_generation_prompt": False,
+            }
+            for c in corpus[i * per : (i + 1) * per]
+        ]
+        pq.write_table(pa.Table.from_pylist(rows), shards / f"part-{i:03d}.parquet")
+    encoder = qe.Encoder.from_pretrained(model, engine=args.data_engine)
+    print(
+        f"training data: {len(corpus)} conversations in {args.shards} Parquet shards, "
+        f"engine {args.data_engine}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
+    )
+
+    def fresh(name: str) -> Path:
+        out = work / name
+        shutil.rmtree(out, ignore_errors=True)
+        return out
+
+    # Every run starts with an empty run cache, as a worker's unpickled encoder does (the cache
+    # does not travel): otherwise the in-process runs would find every text already encoded.
+    def one_process() -> int:
+        encoder.clear_cache()
+        return data.encode_parquet(encoder, shards, fresh("one"), batch_size=args.data_batch).tokens
+
+    def with_datasets(num_proc: int) -> Callable[[], int]:
+        def task() -> int:
+            encoder.clear_cache()
+            files = [str(p) for p in sorted(shards.iterdir())]
+            dataset = datasets.Dataset.from_parquet(files, keep_in_memory=True)
+            encoded = data.encode_dataset(
+                dataset, encoder, num_proc=num_proc, batch_size=args.data_batch
+            )
+            out = fresh(f"datasets{num_proc}")
+            out.mkdir()
+            encoded.to_parquet(str(out / "rows.parquet"))
+            return data.summarize(encoded.data.table).tokens
+
+        return task
+
+    tasks: dict[str, Callable[[], int]] = {
+        "one process (encode_parquet)": one_process,
+        "datasets num_proc=1": with_datasets(1),
+        "datasets num_proc=2": with_datasets(2),
+    }
+    if not args.skip_ray:
+        try:
+            import ray
+
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            ray.data.DataContext.get_current().enable_progress_bars = False
+
+            def with_ray() -> int:
+                return data.encode_ray(
+                    encoder, shards, fresh("ray"), batch_size=args.data_batch
+                ).tokens
+
+            with_ray()  # cold: Ray's workers start; what follows is warm
+            tasks["Ray Data local (2 actors)"] = with_ray
+        except ImportError:
+            print("  ray not installed: pip install -e .[ray]")
+    results = _median_runs(tasks, args.runs)
+    tokens = results["one process (encode_parquet)"][1]
+    assert all(count == tokens for _, count in results.values()), results
+    one = results["one process (encode_parquet)"][0]
+    print(f"  {tokens} tokens; median of {args.runs} alternating runs; ratio vs one process:")
+    for name, (seconds, count) in results.items():
+        print(_row(name, seconds, count, one))
+    if "Ray Data local (2 actors)" in results:
+        ratio = results["datasets num_proc=2"][0] / results["Ray Data local (2 actors)"][0]
+        print(f"  Ray local vs datasets num_proc=2: {ratio:.2f}x")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _long_chat(model: str, turns: int, runs: int) -> None:

@@ -920,3 +920,166 @@ def test_every_kind_of_bad_line_is_answered_in_its_place(command: str, tmp_path:
         assert "error" not in out[-2]  # the NUL line
     else:
         assert all("error" in out[i] for i in range(0, len(lines), 2))  # requests: no completions
+
+
+# --------------------------------------------------------------------------------------------
+# encode --format parquet (issue 12)
+
+
+def _parquet_requests() -> list[dict[str, Any]]:
+    # The example requests, messages and tools as JSON text (how they survive Parquet whole).
+    rows = []
+    for line in CHAT_LINES:
+        value = json.loads(line)
+        rows.append(
+            {
+                "messages": json.dumps(value["messages"]),
+                "tools": json.dumps(value["tools"]) if "tools" in value else None,
+                "add_generation_prompt": value.get("add_generation_prompt"),
+                "continue_final_message": value.get("continue_final_message"),
+                "chat_template_kwargs": json.dumps(value.get("chat_template_kwargs") or {}),
+                "reasoning_effort": value.get("reasoning_effort"),
+            }
+        )
+    return rows
+
+
+def _expected_row(encoder: Any, line: str) -> dict[str, Any]:
+    import numpy as np
+
+    value = json.loads(line)
+    kwargs = dict(value.get("chat_template_kwargs") or {})
+    if value.get("reasoning_effort") is not None:
+        kwargs["reasoning_effort"] = value["reasoning_effort"]
+    encoding = encoder.encode_messages(
+        value["messages"],
+        tools=value.get("tools"),
+        add_generation_prompt=value.get("add_generation_prompt") is not False,
+        continue_final_message=value.get("continue_final_message") is True,
+        **kwargs,
+    )
+    return {
+        "input_ids": encoding.input_ids.tolist(),
+        "assistant_masks": encoding.assistant_mask.astype(int).tolist(),
+        "attention_mask": [1] * len(encoding),
+        "labels": np.where(encoding.assistant_mask, encoding.input_ids, -100).tolist(),
+        "num_tokens": len(encoding),
+        "error": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder() -> Any:
+    import qwen_encode as qe
+
+    return qe.Encoder.from_pretrained(TINY, engine="tokenizers")
+
+
+def _shards(folder: Path, rows: list[dict[str, Any]], per_shard: int) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder.mkdir()
+    for start in range(0, len(rows), per_shard):
+        table = pa.Table.from_pylist(rows[start : start + per_shard])
+        pq.write_table(table, folder / f"chats-{start:03d}.parquet")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    return pa.concat_tables(pq.read_table(f) for f in files).to_pylist()
+
+
+@pytest.mark.parametrize("num_proc", [None, "2"])
+def test_encode_parquet_folder_row_by_row(
+    tmp_path: Path, tiny_encoder: Any, num_proc: str | None
+) -> None:
+    rows = _parquet_requests()
+    rows.insert(3, {"messages": "[{"})  # not JSON: an error row, in place
+    _shards(tmp_path / "in", rows, per_shard=4)
+    extra = ["--num-proc", num_proc] if num_proc else []
+    result = run(
+        "encode", "--model", TINY, tmp_path / "in", "--format", "parquet", "-o", tmp_path / "out",
+        "--columns", "all", *extra,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        p.name for p in (tmp_path / "in").iterdir()
+    )
+    got = _read_rows(tmp_path / "out")
+    assert len(got) == len(rows)
+    assert got[3]["error"].startswith('RequestError: "messages" is not valid JSON text')
+    assert got[3]["input_ids"] == []
+    del got[3]
+    assert got == [_expected_row(tiny_encoder, line) for line in CHAT_LINES]
+    assert f"{len(rows)} rows" in result.stderr
+    assert "1 error rows (RequestError 1)" in result.stderr
+
+
+def test_encode_jsonl_to_parquet_keeps_bad_lines_in_place(
+    tmp_path: Path, tiny_encoder: Any
+) -> None:
+    lines = [CHAT_LINES[0], "{not json", "", CHAT_LINES[6]]
+    out = tmp_path / "rows.parquet"
+    result = run(
+        "encode", "--model", TINY, "--format", "parquet", "-o", out, stdin="\n".join(lines)
+    )
+    assert result.returncode == 1, result.stderr
+    got = _read_rows(out)
+    assert [r["error"].split(":")[0] if r["error"] else None for r in got] == [
+        None,
+        "JSONDecodeError",
+        "EmptyLine",
+        None,
+    ]
+    trl = ("input_ids", "assistant_masks", "num_tokens", "error")
+    for index in (0, 3):
+        want = _expected_row(tiny_encoder, lines[index])
+        assert got[index] == {key: want[key] for key in trl}
+
+
+def test_encode_parquet_resume_and_drop_errors(tmp_path: Path) -> None:
+    rows = _parquet_requests()
+    # Every key kept: from_pylist takes a table's columns from its first row.
+    rows[5] = {**rows[5], "messages": json.dumps([{"role": "assistant", "content": "no user"}])}
+    _shards(tmp_path / "in", rows, per_shard=5)
+    out = tmp_path / "out"
+    first = run(
+        "encode", "--model", TINY, tmp_path / "in", "--format", "parquet", "-o", out,
+        "--drop-errors", "--columns", "axolotl",
+    )  # fmt: skip
+    assert first.returncode == 1, first.stderr
+    assert "1 dropped (--drop-errors)" in first.stderr
+    got = _read_rows(out)
+    assert len(got) == len(rows) - 1 and all(r["error"] is None for r in got)
+    assert set(got[0]) == {"input_ids", "attention_mask", "labels", "num_tokens", "error"}
+    # A finished shard is whole (written under a temporary name, renamed): --resume skips it.
+    kept = out / "chats-000.parquet"
+    before = kept.stat().st_mtime_ns
+    (out / "chats-005.parquet").unlink()
+    second = run(
+        "encode", "--model", TINY, tmp_path / "in", "--format", "parquet", "-o", out,
+        "--drop-errors", "--columns", "axolotl", "--resume",
+    )  # fmt: skip
+    assert second.returncode == 1, second.stderr  # shard 005 holds the bad row
+    assert "1 shards written, 1 skipped (--resume)" in second.stderr
+    assert kept.stat().st_mtime_ns == before
+    assert _read_rows(out) == got
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--num-proc", "2"], "--num-proc applies to --format parquet"),
+        (["--format", "parquet"], "pass -o FILE.parquet"),
+        (["--format", "parquet", "-o", "x.parquet", "--ray"], "read Parquet input"),
+        (["--num-proc", "0"], "--num-proc must be at least 1"),
+    ],
+)
+def test_encode_parquet_usage_errors(tmp_path: Path, options: list[str], message: str) -> None:
+    result = run("encode", "--model", TINY, *options, stdin=CHAT_LINES[0], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert list(tmp_path.iterdir()) == []

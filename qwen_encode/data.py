@@ -1,0 +1,740 @@
+"""Training data at scale: chat requests in, the rows TRL and axolotl train on out.
+
+One row function (``encode_table``) does the work; it runs in-process, inside Hugging Face
+``datasets.map`` (``encode_dataset``: one machine, ``num_proc`` processes) and inside Ray Data
+(``EncodeBatches`` with ``map_batches``; ``encode_ray`` for read -> encode -> write). Whatever
+runs it, row *i* of the output answers row *i* of the input: a request that cannot be encoded
+keeps its row, with empty token lists and its ``error`` ("Type: message naming the field"),
+and only a writer asked to (``drop_errors``) leaves such rows out, counting them.
+
+The columns (``COLUMNS``), typed explicitly so that neither pyarrow's inference nor Ray's tensor
+extension type ever sees a ragged numpy array:
+
+- ``input_ids`` list<int32>
+- ``assistant_masks`` list<int8>: TRL's name; TRL 1.16 applies such a column to its loss whenever
+  present (and refuses ``assistant_only_loss=True`` on pre-tokenized rows, so this is the way)
+- ``labels`` list<int32>: ``input_ids`` with -100 outside the mask (axolotl; TRL keeps a ready
+  ``labels`` column as it is)
+- ``attention_mask`` list<int8>: all ones (axolotl's pre-tokenized format asks for it)
+- ``num_tokens`` int32, ``error`` string (null on a good row)
+
+The request shape is the one ``qwen-encode encode`` reads (vLLM's tokenize chat request):
+``messages``, ``tools``, ``add_generation_prompt``, ``continue_final_message``,
+``chat_template_kwargs``, top-level ``reasoning_effort``. In Parquet, ``messages``, ``tools`` and
+``chat_template_kwargs`` may be JSON text (one string per row), which survives Arrow unchanged.
+As nested structs, Arrow fills every key missing from a row with null, which the protocol reads
+as absent (as transformers does), but it also unions the keys of tool schemas and tool-call
+arguments across rows: keep those as JSON strings.
+
+This module imports numpy, pyarrow, datasets and ray only inside the functions that need them:
+the command line loads it for every ``encode`` and ``render`` run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from .errors import PromptError, QwenEncodeError, shown
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow as pa
+
+    from .encoder import Encoder, EngineName, MarkersInText
+    from .protocol import Prompt
+
+__all__ = [
+    "COLUMNS",
+    "IGNORED_REQUEST_FIELDS",
+    "REQUEST_FIELDS",
+    "TEMPLATE_KWARGS",
+    "ColumnSet",
+    "EncodeBatches",
+    "Summary",
+    "count_rows",
+    "encode_dataset",
+    "encode_parquet",
+    "encode_ray",
+    "encode_requests",
+    "encode_table",
+    "kept_rows",
+    "parquet_shards",
+    "request_options",
+    "summarize",
+    "summarize_parquet",
+    "write_parquet",
+]
+
+ColumnSet: TypeAlias = Literal["trl", "axolotl", "all"]
+
+#: The output columns of each column set, in order; ``num_tokens`` and ``error`` are always there.
+COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "trl": ("input_ids", "assistant_masks", "num_tokens", "error"),
+    "axolotl": ("input_ids", "attention_mask", "labels", "num_tokens", "error"),
+    "all": ("input_ids", "assistant_masks", "attention_mask", "labels", "num_tokens", "error"),
+}
+
+# The label transformers' and axolotl's losses ignore (torch's cross_entropy ignore_index).
+IGNORE_INDEX = -100
+
+# Rows per call of the row function: big enough that one engine call encodes many texts in
+# parallel, small enough that a worker's memory stays flat.
+DEFAULT_BATCH_ROWS = 512
+
+# The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per row: a typo
+# such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
+TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "preserve_thinking", "add_vision_id")
+
+# Fields of vLLM's tokenize chat request (plus OpenAI's top-level reasoning_effort) that are acted
+# on, and those accepted that cannot change the IDs: `model` names a served model (the vocabulary
+# comes from the encoder), Qwen's tokenizer adds no BOS whatever add_special_tokens says, and
+# mm_processor_kwargs configure the image processor, which runs after tokenization.
+REQUEST_FIELDS = frozenset(
+    {
+        "messages",
+        "tools",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "chat_template",
+        "reasoning_effort",
+        "return_token_strs",
+    }
+)
+IGNORED_REQUEST_FIELDS = frozenset({"model", "add_special_tokens", "mm_processor_kwargs"})
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type, for messages ("a JSON array")."""
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
+    parts = []
+    for key in unknown:
+        if key in ("add_generation_prompt", "continue_final_message", "tools"):
+            parts.append(f"{key!r} (a top-level request field, not a template option)")
+            continue
+        close = difflib.get_close_matches(key, TEMPLATE_KWARGS, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown chat_template_kwargs {', '.join(parts)}; the Qwen 3.8 template reads "
+        f"{', '.join(TEMPLATE_KWARGS)}"
+    )
+
+
+def request_options(value: Any, ignored: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The ``format_prompt`` arguments of one request (a dict in the ``qwen-encode encode``
+    shape). Raises ``PromptError`` whose reason names the request field when the request itself
+    has the wrong shape (what the command line reports as ``RequestError``); what is inside the
+    messages is checked by ``format_prompt``. ``ignored`` is told each unknown field's name."""
+    if not isinstance(value, dict):
+        raise PromptError(f"a request must be a JSON object, got a JSON {json_type(value)}")
+    if "messages" not in value:
+        raise PromptError('missing "messages" (the conversation to render)')
+    for name, allowed in (("messages", (list,)), ("tools", (list, type(None)))):
+        if name in value and not isinstance(value[name], allowed):
+            expected = "a JSON array" + (" or null" if type(None) in allowed else "")
+            raise PromptError(f'"{name}" must be {expected}, got a JSON {json_type(value[name])}')
+    if ignored is not None:
+        for key in value:
+            if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
+                ignored(key)
+    if value.get("chat_template") is not None:
+        raise PromptError(
+            "chat_template overrides are not supported: qwen-encode renders the Qwen 3.8 "
+            "template, natively"
+        )
+    kwargs = value.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise PromptError(
+            f"chat_template_kwargs must be a JSON object, got a JSON {json_type(kwargs)}"
+        )
+    unknown = [key for key in kwargs if key not in TEMPLATE_KWARGS]
+    if unknown:
+        raise PromptError(_unknown_kwargs_message(unknown))
+    # As transformers does for message fields, null means absent (the template's default). Arrow
+    # also writes null for every kwarg a row lacks when the column is a struct.
+    options = {key: v for key, v in kwargs.items() if v is not None}
+    top_effort = value.get("reasoning_effort")
+    if top_effort is not None:
+        inner = options.get("reasoning_effort")
+        if inner is not None and inner != top_effort:
+            raise PromptError(
+                f"reasoning_effort {shown(top_effort)} (top level) conflicts with "
+                f"chat_template_kwargs.reasoning_effort {shown(inner)}"
+            )
+        options["reasoning_effort"] = top_effort
+    add_generation_prompt = value.get("add_generation_prompt")
+    continue_final = value.get("continue_final_message")
+    if add_generation_prompt is True and continue_final is True:
+        # vLLM's own check, word for word.
+        raise PromptError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+        )
+    return {
+        "turns": value["messages"],
+        "tools": value.get("tools"),
+        # vLLM's default is True; format_prompt ignores it when continuing the final message.
+        "add_generation_prompt": True if add_generation_prompt is None else add_generation_prompt,
+        "continue_final_message": False if continue_final is None else continue_final,
+        **options,
+    }
+
+
+def _row_prompt(row: dict[str, Any]) -> Prompt:
+    """One table row -> its prompt; raises ``_RowError`` or a ``QwenEncodeError``."""
+    from .protocol import format_prompt
+
+    for name in ("messages", "tools", "chat_template_kwargs"):
+        # JSON text in a string column: the way nested, heterogeneous values survive Parquet.
+        if isinstance(row.get(name), str):
+            try:
+                row[name] = json.loads(row[name])
+            except (ValueError, RecursionError) as error:
+                raise _RowError(
+                    "RequestError", f'"{name}" is not valid JSON text: {error}'
+                ) from None
+    try:
+        options = request_options(row)
+    except PromptError as error:
+        raise _RowError("RequestError", error.reason) from None
+    return format_prompt(**options)
+
+
+class _RowError(Exception):
+    """A request of the wrong shape: reported in its row as ``kind: message``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _error_text(error: BaseException) -> str:
+    kind, message = getattr(error, "kind", None), getattr(error, "message", None)
+    if isinstance(kind, str) and isinstance(message, str):  # _RowError, or the CLI's LineError
+        return f"{kind}: {message}"
+    if isinstance(error, QwenEncodeError):
+        return f"{type(error).__name__}: {error}"
+    # Not raised on purpose: a bug met on this row. Kept in its row like any bad one, named so.
+    name = type(error).__name__
+    return f"{name}: {error} (unexpected {name} inside qwen-encode: please report it)"
+
+
+def _encode_prompts(encoder: Encoder, prompts: list[Prompt]) -> list[Any]:
+    """Encodings, or the exception of each prompt the encoder refused, in order."""
+    if not prompts:
+        return []
+    try:
+        return list(encoder.encode_batch(prompts, errors="return"))
+    except Exception:
+        # errors="return" answers refused prompts in place; anything else is a bug met on some
+        # row: one by one, only the rows that meet it fail.
+        out: list[Any] = []
+        for prompt in prompts:
+            try:
+                out.append(encoder.encode(prompt))
+            except Exception as error:
+                out.append(error)
+        return out
+
+
+# -- the row function --------------------------------------------------------------------------
+
+
+def _rows(batch: Any) -> list[dict[str, Any]]:
+    """Request dicts from a pyarrow Table / RecordBatch or a dict of columns (datasets)."""
+    import pyarrow as pa
+
+    if isinstance(batch, pa.Table | pa.RecordBatch):
+        names = [name for name in batch.schema.names if name in REQUEST_FIELDS]
+        return batch.select(names).to_pylist()
+    if not isinstance(batch, Mapping):
+        raise PromptError(
+            f"expected a pyarrow Table or a dict of columns, got {type(batch).__name__}",
+            field="batch",
+        )
+    names = [name for name in batch if name in REQUEST_FIELDS]
+    if not names:
+        return [{} for _ in range(len(next(iter(batch.values()), [])))]
+    return [
+        dict(zip(names, values, strict=True))
+        for values in zip(*(batch[n] for n in names), strict=True)
+    ]
+
+
+def _check_columns(columns: str) -> tuple[str, ...]:
+    if not isinstance(columns, str) or columns not in COLUMNS:
+        raise PromptError(f"must be one of {tuple(COLUMNS)}, got {shown(columns)}", field="columns")
+    return COLUMNS[columns]
+
+
+def encode_table(encoder: Encoder, batch: Any, columns: ColumnSet = "trl") -> pa.Table:
+    """The row function: a batch of requests (a pyarrow Table or RecordBatch, or a dict of
+    columns as ``datasets.map(batched=True)`` passes it) -> a pyarrow Table of ``COLUMNS[columns]``
+    with one row per input row, in order. Columns other than the request fields are ignored."""
+    return encode_requests(encoder, _rows(batch), columns)
+
+
+def encode_requests(
+    encoder: Encoder, requests: Sequence[Any], columns: ColumnSet = "trl"
+) -> pa.Table:
+    """``encode_table`` for a list of requests (dicts in the ``qwen-encode encode`` shape). An
+    item that is an exception stands for a row that already failed (a line that was not JSON):
+    it is answered with its own error, in its place."""
+    import numpy as np
+    import pyarrow as pa
+
+    names = _check_columns(columns)
+    rows = list(requests)
+    errors: list[str | None] = [None] * len(rows)
+    prompts: list[Prompt] = []
+    where: list[int] = []
+    for index, row in enumerate(rows):
+        if isinstance(row, BaseException):
+            errors[index] = _error_text(row)
+            continue
+        try:
+            prompts.append(_row_prompt(row))
+            where.append(index)
+        except Exception as error:  # any bad row is answered in its row, never raised
+            errors[index] = _error_text(error)
+    ids: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * len(rows)
+    masks: list[np.ndarray] = [np.zeros(0, dtype=bool)] * len(rows)
+    for index, outcome in zip(where, _encode_prompts(encoder, prompts), strict=True):
+        if isinstance(outcome, BaseException):
+            errors[index] = _error_text(outcome)
+        else:
+            ids[index], masks[index] = outcome.input_ids, outcome.assistant_mask
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    # list<> offsets are int32: a batch past 2**31 tokens would need large_list (never seen in a
+    # batch of rows; say so rather than wrap around).
+    if offsets[-1] >= 2**31:
+        raise PromptError(
+            f"a batch of {len(rows)} rows holds {int(offsets[-1])} tokens, past list<int32>'s "
+            "2**31 offsets; use fewer rows per batch",
+            field="batch",
+        )
+    arrow_offsets = pa.array(offsets.astype(np.int32))
+    flat_ids = np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32)
+    flat_mask = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
+
+    def lists(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+        return pa.ListArray.from_arrays(arrow_offsets, pa.array(values, type=kind))
+
+    made: dict[str, Callable[[], pa.Array]] = {
+        "input_ids": lambda: lists(flat_ids, pa.int32()),
+        "assistant_masks": lambda: lists(flat_mask.astype(np.int8), pa.int8()),
+        "labels": lambda: lists(np.where(flat_mask, flat_ids, IGNORE_INDEX), pa.int32()),
+        "attention_mask": lambda: lists(np.ones(len(flat_ids), dtype=np.int8), pa.int8()),
+        "num_tokens": lambda: pa.array(lengths.astype(np.int32), type=pa.int32()),
+        "error": lambda: pa.array(errors, type=pa.string()),
+    }
+    return pa.table({name: made[name]() for name in names})
+
+
+# -- summaries and writing ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a run produced: rows answered, tokens in good rows, error rows by error type, rows
+    left out by ``drop_errors``, shards written and skipped (``resume``), and seconds taken."""
+
+    rows: int = 0
+    tokens: int = 0
+    errors: Mapping[str, int] = field(default_factory=dict)
+    dropped: int = 0
+    shards_written: int = 0
+    shards_skipped: int = 0
+    seconds: float = 0.0
+
+    @property
+    def error_rows(self) -> int:
+        return sum(self.errors.values())
+
+    def __add__(self, other: Summary) -> Summary:
+        errors = Counter(self.errors)
+        errors.update(other.errors)
+        return Summary(
+            rows=self.rows + other.rows,
+            tokens=self.tokens + other.tokens,
+            errors=dict(errors),
+            dropped=self.dropped + other.dropped,
+            shards_written=self.shards_written + other.shards_written,
+            shards_skipped=self.shards_skipped + other.shards_skipped,
+            seconds=self.seconds + other.seconds,
+        )
+
+
+def summarize(table: pa.Table) -> Summary:
+    """Rows, tokens and error rows by type of an encoded table."""
+    import pyarrow.compute as pc
+
+    errors: Counter[str] = Counter()
+    failed = table.column("error").drop_null()
+    if len(failed):
+        kinds = pc.split_pattern(failed, ": ", max_splits=1)
+        errors.update(str(parts[0]) for parts in kinds.to_pylist())
+    tokens = pc.sum(table.column("num_tokens")).as_py() or 0
+    return Summary(rows=table.num_rows, tokens=int(tokens), errors=dict(errors))
+
+
+def kept_rows(table: pa.Table, drop_errors: bool) -> pa.Table:
+    """``table`` without its error rows when ``drop_errors``, else unchanged."""
+    if not drop_errors:
+        return table
+    import pyarrow.compute as pc
+
+    return table.filter(pc.is_null(table.column("error")))
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path``, renamed over it only when the block completes: an
+    interrupted job (an exception, Ctrl-C, a killed worker) leaves no half shard, and
+    ``resume`` can trust that every shard present is whole."""
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as done:
+            os.fsync(done.fileno())  # on disk before the rename makes it visible
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; give what open() would
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
+    """Write ``table`` to ``path`` atomically (temporary file beside it, then rename)."""
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    with _atomic_path(target) as tmp:
+        pq.write_table(table, tmp)
+
+
+# -- datasets ----------------------------------------------------------------------------------
+
+
+def _encoder(source: Encoder | str | os.PathLike[str], **options: Any) -> Encoder:
+    from .encoder import Encoder
+
+    if isinstance(source, Encoder):
+        return source
+    return Encoder.from_pretrained(source, **options)
+
+
+class EncodeBatches:
+    """The row function as a callable that owns its encoder: for ``datasets.map`` (pickled to
+    each of ``num_proc`` processes, which load the encoder once as it unpickles) and for Ray
+    Data's ``map_batches`` (one per actor: Ray calls the constructor once per worker).
+
+    ``source`` is an ``Encoder`` (it travels pickled: see ``Encoder.__reduce__``) or a checkpoint
+    source, loaded here with ``options`` (``Encoder.from_pretrained``'s keywords)."""
+
+    def __init__(
+        self,
+        source: Encoder | str | os.PathLike[str],
+        columns: ColumnSet = "trl",
+        **options: Any,
+    ) -> None:
+        _check_columns(columns)
+        self.encoder = _encoder(source, **options)
+        self.columns: ColumnSet = columns
+
+    def __call__(self, batch: Any) -> pa.Table:
+        return encode_table(self.encoder, batch, self.columns)
+
+
+def encode_dataset(
+    dataset: datasets.Dataset,
+    source: Encoder | str | os.PathLike[str],
+    *,
+    num_proc: int | None = None,
+    columns: ColumnSet = "trl",
+    batch_size: int = DEFAULT_BATCH_ROWS,
+    keep_columns: bool = False,
+    markers_in_text: MarkersInText = "literal",
+    engine: EngineName = "auto",
+) -> datasets.Dataset:
+    """Encode a Hugging Face ``datasets.Dataset`` of requests (the embedded default: one
+    machine, ``num_proc`` processes, each loading the encoder once). Row *i* of the result
+    answers row *i*; error rows are kept (filter on ``error`` to drop them). The request columns
+    are removed unless ``keep_columns``. ``source`` is an ``Encoder`` or a checkpoint source
+    (``markers_in_text`` and ``engine`` apply to the latter)."""
+    if num_proc is not None and (
+        isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1
+    ):
+        raise PromptError(f"must be a positive integer or None, got {shown(num_proc)}", "num_proc")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise PromptError(f"must be a positive integer, got {shown(batch_size)}", "batch_size")
+    function = EncodeBatches(source, columns, markers_in_text=markers_in_text, engine=engine)
+    if keep_columns:
+        clash = sorted(set(dataset.column_names) & set(COLUMNS[columns]))
+        if clash:
+            raise PromptError(
+                f"the dataset already has column {clash[0]!r}; keep_columns would overwrite it",
+                field="keep_columns",
+            )
+
+        def run(batch: Any) -> Any:
+            return {**batch, **encode_table(function.encoder, batch, columns).to_pydict()}
+
+        mapped: Callable[[Any], Any] = run
+    else:
+        mapped = function
+    # An explicit fingerprint: hashing the function would pickle the encoder's packed files
+    # (megabytes) for nothing, and say so in a warning when it cannot.
+    report = function.encoder.report
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [
+                dataset._fingerprint,
+                report.source,
+                report.template_sha256,
+                report.vocab_size,
+                function.encoder.markers_in_text,
+                columns,
+                keep_columns,
+            ]
+        ).encode()
+    ).hexdigest()[:32]
+    return dataset.map(
+        mapped,
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        remove_columns=None if keep_columns else dataset.column_names,
+        new_fingerprint=fingerprint,
+        desc="qwen-encode",
+    )
+
+
+# -- Parquet folders ---------------------------------------------------------------------------
+
+
+def parquet_shards(path: str | os.PathLike[str]) -> list[Path]:
+    """The Parquet files of ``path``: the file itself, or a folder's ``*.parquet`` files in
+    name order. Raises ``PromptError`` naming the path when there are none."""
+    where = Path(path)
+    if where.is_file():
+        return [where]
+    if where.is_dir():
+        shards = sorted(p for p in where.iterdir() if p.suffix == ".parquet" and p.is_file())
+        if shards:
+            return shards
+        raise PromptError(f"{where}: a folder with no .parquet files", field="input")
+    raise PromptError(f"{where}: no such file or folder", field="input")
+
+
+def count_rows(path: str | os.PathLike[str]) -> int:
+    """Rows in a Parquet file or folder of shards, from the files' footers (nothing is read)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(shard).metadata.num_rows for shard in parquet_shards(path))
+
+
+def encode_parquet(
+    source: Encoder | str | os.PathLike[str],
+    inputs: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    num_proc: int | None = None,
+    columns: ColumnSet = "trl",
+    drop_errors: bool = False,
+    resume: bool = False,
+    batch_size: int = DEFAULT_BATCH_ROWS,
+    progress: Callable[[Summary], None] | None = None,
+    markers_in_text: MarkersInText = "literal",
+    engine: EngineName = "auto",
+) -> Summary:
+    """A Parquet file -> a Parquet file, or a folder of shards -> a folder with one output shard
+    of the same name per input shard. Each shard is written atomically; with ``resume`` a shard
+    whose output already exists is skipped (it is whole: see ``_atomic_path``). ``num_proc`` > 1
+    encodes each shard with ``datasets`` in that many processes; otherwise in this process, one
+    record batch at a time. ``progress`` is called with each batch's (or shard's) summary."""
+    import pyarrow.parquet as pq
+
+    started = time.monotonic()
+    shards = parquet_shards(inputs)
+    target = Path(output)
+    if Path(inputs).is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        pairs = [(shard, target / shard.name) for shard in shards]
+    else:
+        if target.is_dir():
+            raise PromptError(f"{target}: is a folder; the input is one file", field="output")
+        pairs = [(shards[0], target)]
+    encoder = _encoder(source, markers_in_text=markers_in_text, engine=engine)
+    _check_columns(columns)
+    total = Summary()
+    for shard, out in pairs:
+        if resume and out.is_file():
+            total += Summary(shards_skipped=1)
+            continue
+        if num_proc is not None and num_proc > 1:
+            import datasets
+
+            dataset = datasets.Dataset.from_parquet(str(shard), keep_in_memory=True)
+            encoded = encode_dataset(
+                dataset, encoder, num_proc=num_proc, columns=columns, batch_size=batch_size
+            )
+            table = encoded.data.table
+            part = summarize(table)
+            write_parquet(kept_rows(table, drop_errors), out)
+            part = _with(part, dropped=part.error_rows if drop_errors else 0, shards_written=1)
+            if progress is not None:
+                progress(part)
+            total += part
+            continue
+        with _atomic_path(out) as tmp:
+            writer = None
+            shard_total = Summary()
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=batch_size):
+                table = encode_table(encoder, batch, columns)
+                part = summarize(table)
+                kept = kept_rows(table, drop_errors)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, kept.schema)
+                writer.write_table(kept)
+                part = _with(part, dropped=part.error_rows if drop_errors else 0)
+                if progress is not None:
+                    progress(part)
+                shard_total += part
+            if writer is None:  # an empty shard still gets its (empty) output
+                writer = pq.ParquetWriter(tmp, encode_table(encoder, {}, columns).schema)
+            writer.close()
+        total += _with(shard_total, shards_written=1)
+    return _with(total, seconds=time.monotonic() - started)
+
+
+def _with(summary: Summary, **changes: Any) -> Summary:
+    import dataclasses
+
+    return dataclasses.replace(summary, **changes)
+
+
+# -- Ray Data ----------------------------------------------------------------------------------
+
+
+def encode_ray(
+    source: Encoder | str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | Sequence[str],
+    output: str | os.PathLike[str],
+    *,
+    columns: ColumnSet = "trl",
+    drop_errors: bool = False,
+    actors: int | None = None,
+    batch_size: int = DEFAULT_BATCH_ROWS,
+    address: str | None = None,
+    markers_in_text: MarkersInText = "literal",
+    engine: EngineName = "auto",
+) -> Summary:
+    """``read_parquet -> map_batches(EncodeBatches) -> write_parquet`` with Ray Data, on the
+    cluster at ``address`` (or the one this process is already connected to), else a local Ray
+    with every core of this machine.
+
+    Resources are set so the read tasks always get a slot: with actors at 1 CPU each on a 2-CPU
+    machine, two actors held every CPU and the read tasks that feed them waited forever (the hang
+    issue 12 measured). Here the actors ask for every CPU but one between them (see below);
+    ``actors`` defaults to the cluster's CPU count.
+
+    The output folder appears whole or not at all: Ray writes into a staging folder beside it,
+    renamed into place when every task has finished. ``inputs`` is a Parquet file, a folder or a
+    list of paths Ray can read (local, ``s3://``, ...)."""
+    import ray
+
+    started = time.monotonic()
+    _check_columns(columns)
+    if not ray.is_initialized():
+        if address is not None:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    count = actors if actors is not None else cpus
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise PromptError(f"must be a positive integer or None, got {shown(actors)}", "actors")
+    # The actors together hold every CPU but one, so a 1-CPU task (listing files, reading a
+    # shard, writing one) can always be scheduled beside them; their real use is a core each.
+    actor_cpus = max(0.0, cpus - 1.0) / count
+    encoder = _encoder(source, markers_in_text=markers_in_text, engine=engine)
+    paths = [str(p) for p in inputs] if isinstance(inputs, list | tuple) else str(inputs)
+    # Row i of the output answers row i of the input: Ray Data reorders blocks unless told not to
+    # (and write_parquet names its files by task index, in that order).
+    context = ray.data.DataContext.get_current()
+    order = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True
+    # Blocks of at most batch_size rows (a streaming split, not a shuffle): Ray reads small
+    # shards into one block, and one block is one task for one actor while the others idle.
+    dataset = ray.data.read_parquet(paths).repartition(target_num_rows_per_block=batch_size)
+    encoded = dataset.map_batches(
+        EncodeBatches,
+        fn_constructor_args=(encoder, columns),
+        batch_format="pyarrow",
+        batch_size=batch_size,
+        compute=ray.data.ActorPoolStrategy(size=count),
+        num_cpus=actor_cpus,
+        zero_copy_batch=True,
+    )
+    if drop_errors:
+        encoded = encoded.filter(expr="error is null")
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        encoded.write_parquet(str(staging))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        context.execution_options.preserve_order = order
+    return _with(summarize_parquet(target), seconds=time.monotonic() - started)
+
+
+def summarize_parquet(path: str | os.PathLike[str]) -> Summary:
+    """The summary of encoded Parquet output (a file or a folder of shards), read back from its
+    ``num_tokens`` and ``error`` columns only."""
+    import pyarrow.parquet as pq
+
+    total = Summary()
+    for shard in parquet_shards(path):
+        total += _with(
+            summarize(pq.read_table(shard, columns=["num_tokens", "error"])), shards_written=1
+        )
+    return total
