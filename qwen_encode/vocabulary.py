@@ -1011,4 +1011,3 @@ def _check_special_tokens(
                     )
                 )
     return entries, problems, warnings, tied
-
