@@ -346,7 +346,6 @@ def _probes() -> tuple[Probe, ...]:
             (_WEATHER,),
             _PLAIN,
         ),
-        Probe("tools block", "tools and effort", hi, (_WEATHER,), {"reasoning_effort": "low"}),
         Probe(
             "tool calls",
             "an empty list of calls",
