@@ -13,8 +13,11 @@ What the report's two verdicts mean:
   (when present) agrees on it. This is what loading requires; the Qwen3 vocabulary passes it.
 * ``ok``: no problem at all, i.e. ``vocabulary_ok`` and the chat template is the official Qwen 3.8
   one and ``generation_config.json`` stops on ``<|im_end|>`` and ``config.json``'s embedding covers
-  every token ID. A check that cannot be made because its file is absent is a problem too: ``ok``
-  certifies a checkpoint, and a folder holding only ``tokenizer.json`` cannot be certified.
+  every token ID, and the stop/special-token fields follow their rules (``special_tokens``: each
+  field with the rule it must follow and why; a pad token equal to ``<|im_end|>`` is one of the
+  ``warnings``, which do not affect ``ok``). A check that cannot be made because its file is
+  absent is a problem too: ``ok`` certifies a checkpoint, and a folder holding only
+  ``tokenizer.json`` cannot be certified.
 
 Files that cannot be read at all (missing ``tokenizer.json``, invalid JSON in any file, a vocabulary
 ``tokenizers`` cannot load or that is not BPE, a file over ``MAX_TOKENIZER_JSON_BYTES`` /
