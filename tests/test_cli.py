@@ -567,7 +567,9 @@ def test_validate_prints_the_template_behaviour_table(tmp_path: Path) -> None:
     rows = [line.split() for line in result.stdout.splitlines()]
     assert ["tools", "block", "differs", "tools"] in rows
     assert ["system", "prompt", "identical"] in rows
-    assert "tools block (tools), line 6: template '</TOOLS>', expected '</tools>'" in result.stdout
+    # Line 9 of the system turn: its header, "# Tools", a blank line, the sentence, a blank line,
+    # "<tools>", the two probe tools, then "</tools>".
+    assert "tools block (tools), line 9: template '</TOOLS>', expected '</tools>'" in result.stdout
     assert "chat template    an unknown template" in result.stdout
     report = json.loads(run("validate", folder, "--json").stdout)
     features = {f["feature"]: f["status"] for f in report["template_behaviour"]["features"]}
