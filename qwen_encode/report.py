@@ -811,12 +811,15 @@ def _byte_table() -> dict[int, int]:
     for byte in range(256):
         if byte not in table:
             table[256 + shifted] = byte
+            # A Latin-1 character ByteLevel never writes: mapped out of Latin-1, so that the
+            # encode fails as it does for any other character outside the alphabet.
+            table[byte] = _NOT_A_BYTE
             shifted += 1
     return table
 
 
+_NOT_A_BYTE: Final = 0xFFFF
 _BYTE_TABLE: Final = _byte_table()
-_BYTE_CHARS: Final = frozenset(chr(char) for char in _BYTE_TABLE)
 
 
 DeadKind: TypeAlias = Literal["unreachable", "pre_tokenizer", "partial_utf8", "nfc", "added"]
@@ -907,8 +910,6 @@ def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
         try:
             raw = token.translate(_BYTE_TABLE).encode("latin-1")
         except UnicodeEncodeError:
-            raw = None
-        if raw is None or not _BYTE_CHARS.issuperset(token):
             foreign += 1  # not a byte-level entry: nothing to decode it with
             continue
         try:
