@@ -43,6 +43,7 @@ from .protocol import (
     serialize_tool_signatures,
     tools_section,
 )
+from .report import CheckpointReport, Comparison, checkpoint_report, compare_checkpoints
 from .vocabulary import (
     MarkerEntry,
     ValidationReport,
@@ -55,6 +56,8 @@ __all__ = [
     "ChatSession",
     "CheckpointError",
     "CheckpointFiles",
+    "CheckpointReport",
+    "Comparison",
     "Completion",
     "ContentDelta",
     "Encoder",
@@ -87,6 +90,8 @@ __all__ = [
     "VideoBlock",
     "Vocabulary",
     "VocabularyError",
+    "checkpoint_report",
+    "compare_checkpoints",
     "format_prompt",
     "format_tool_call",
     "format_turn",

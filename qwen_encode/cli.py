@@ -847,10 +847,10 @@ def _check_template(source: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .vocabulary import validate_checkpoint
+    from .report import checkpoint_report
 
     try:
-        report = validate_checkpoint(args.source)
+        report = checkpoint_report(args.source, against=args.against)
     except Exception as error:
         # Nothing to report on: the files cannot be found or read. The checkpoint does not carry
         # the protocol as far as anyone can tell, so this is a failed check (1), not a usage error.
@@ -872,7 +872,24 @@ def _yes_no(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "NO")
 
 
-def _report_table(report: Any) -> str:
+def _columns(rows: Sequence[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    """Rows as left-aligned columns (the last one unpadded)."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        (
+            indent
+            + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[-1]
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def _report_table(full: Any) -> str:
+    report = full.validation
     out = [f"checkpoint  {report.source}", ""]
     width = max(len(entry.marker) for entry in report.markers) if report.markers else 6
     out.append(f"  {'marker':<{width}}  {'id':>8}  special  atomic")
@@ -896,11 +913,8 @@ def _report_table(report: Any) -> str:
         covers = report.embedding_size > report.max_token_id
         embedding = f"{report.embedding_size:,} rows ({'covers' if covers else 'does NOT cover'}"
         embedding += f" the largest ID {report.max_token_id:,})"
-    template = {
-        "qwen3.8": "the official Qwen 3.8 template",
-        "other": "ANOTHER template",
-        "absent": "MISSING",
-    }.get(report.template, report.template)
+    tied = {None: "unknown", True: "yes", False: "no"}[report.tie_word_embeddings]
+    template = full.template_name if report.template != "absent" else "MISSING"
     if report.template_sha256:
         template += f" (sha256 {report.template_sha256[:12]}…)"
     rows = [
@@ -910,17 +924,108 @@ def _report_table(report: Any) -> str:
         ("BOS", report.bos),
         ("stop tokens", stops),
         ("embedding", embedding),
+        ("tied embeddings", tied),
         ("chat template", template),
     ]
     label = max(len(name) for name, _ in rows)
     out.extend(f"{name:<{label}}  {value}" for name, value in rows)
+
+    out += ["", "stop and special tokens"]
+    out += _columns(
+        [("field", "tokens", "verdict")]
+        + [(e.field, e.tokens, e.verdict) for e in report.special_tokens]
+    )
+    out += [f"  {e.field}: {e.rule}" for e in report.special_tokens if e.verdict != "ok"]
+
+    behaviour = full.behaviour
+    if behaviour is not None:
+        out += ["", f"template behaviour (compared with {behaviour.reference})"]
+        if not behaviour.available:
+            out.append(f"  not checked: {behaviour.note}")
+        else:
+            out += _template_rows(behaviour)
+
+    if full.prefix:
+        out += ["", "prefix stability (is the rendering after each message a prefix of the next?)"]
+        rows = [("preserve_thinking", "thinking", "result")]
+        for result in full.prefix:
+            options = result.options
+            if result.error:
+                verdict = f"template raises: {result.error}"
+            elif not result.breaks:
+                verdict = f"stable ({result.steps} steps)"
+            else:
+                verdict = "; ".join(
+                    f"breaks adding message {b.length} ({b.role})"
+                    + (" after the primer" if b.primer else "")
+                    + f" at char {b.offset}: {b.before[:24]!r} -> {b.after[:24]!r}"
+                    for b in result.breaks
+                )
+            rows.append(
+                (
+                    "on" if options["preserve_thinking"] else "off",
+                    "on" if options["enable_thinking"] else "off",
+                    verdict,
+                )
+            )
+        out += _columns(rows)
+
+    dead = full.dead
+    out += ["", f"dead tokens (of {dead.checked:,} checked; --json lists them all)"]
+    from .report import _DEAD_MEANING, DEAD_KINDS
+
+    for kind in DEAD_KINDS:
+        tokens = dead.of(kind)
+        examples = ", ".join(
+            f"{t.id} {t.text!r}" if t.text is not None else f"{t.id} {t.raw!r}" for t in tokens[:3]
+        )
+        out.append(
+            f"  {len(tokens):>7,}  {_DEAD_MEANING[kind]}" + (f": {examples}, …" if tokens else "")
+        )
+
+    comparison = full.comparison
+    if comparison is not None:
+        verdict = "tokenizer-compatible" if comparison.compatible else "NOT tokenizer-compatible"
+        out += ["", f"compared with {comparison.base}: {verdict}"]
+        if not comparison.differences:
+            out.append("  no difference")
+        out += [
+            f"  - [{d.kind}{', breaking' if d.breaking else ''}] {d.message}"
+            for d in comparison.differences
+        ]
+        if comparison.template is not None and comparison.template.available:
+            out += ["  template behaviour compared with the base's template:"]
+            out += ["  " + line for line in _template_rows(comparison.template)]
+
     out.append("")
-    if report.ok:
+    if report.warnings:
+        out.append(f"{len(report.warnings)} warning(s):")
+        out.extend(f"  - {warning}" for warning in report.warnings)
+    if full.ok:
         out.append("OK: this checkpoint carries the Qwen 3.8 protocol.")
     else:
-        out.append(f"NOT OK: {len(report.problems)} problem(s):")
-        out.extend(f"  - {problem}" for problem in report.problems)
+        problems = list(report.problems)
+        if comparison is not None and not comparison.compatible:
+            problems.append(f"not tokenizer-compatible with {comparison.base} (see above)")
+        out.append(f"NOT OK: {len(problems)} problem(s):")
+        out.extend(f"  - {problem}" for problem in problems)
     return "\n".join(out) + "\n"
+
+
+def _template_rows(behaviour: Any) -> list[str]:
+    rows = [("feature", "result", "probe")]
+    details = []
+    for result in behaviour.features:
+        probe = "" if result.probe is None else result.probe.name
+        rows.append((result.feature, result.status, probe))
+        if result.status == "differs":
+            details.append(
+                f"  {result.feature} ({probe}), line {result.line_number}: template "
+                f"{result.template_line!r}, expected {result.reference_line!r}"
+            )
+        elif result.status == "raises":
+            details.append(f"  {result.feature} ({probe}): the template raises {result.error}")
+    return _columns(rows) + details
 
 
 # --------------------------------------------------------------------------------------------
@@ -1150,14 +1255,21 @@ Check that a checkpoint's vocabulary carries the Qwen 3.8 protocol: every marker
 token with the right flags, tokenizer_config.json in agreement, the official chat template,
 stop tokens including <|im_end|>, an embedding covering every token ID.
 
+Then: stop and special tokens field by field, with the rule each must follow; for a template
+that is not the official one, its behaviour feature by feature against the native renderer
+(needs jinja2); prefix stability across turns; dead tokens (entries their own text never
+encodes to); with --against BASE, every difference from the base.
+
 SRC is a local folder, a tokenizer.json path or a hub repo id (only tokenizer files are fetched).
-Exit 0 when the checkpoint carries the protocol, 1 when it does not or cannot be read.
+Exit 0 when the checkpoint carries the protocol (and, with --against, is tokenizer-compatible
+with BASE), 1 when it does not or cannot be read. Warnings do not change the exit code.
 """
 
 VALIDATE_EXAMPLE = f"""\
 examples:
   {PROG} validate {TINY_FIXTURE}
   {PROG} validate {DEFAULT_MODEL} --json
+  {PROG} validate ./my-finetune --against {DEFAULT_MODEL}
 """
 
 PARSE_HELP = """\
@@ -1311,6 +1423,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("source", metavar="SRC", help="checkpoint folder or hub repo id")
     validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.add_argument(
+        "--against",
+        metavar="BASE",
+        help="compare with a base checkpoint: exit 1 unless tokenizer-compatible with it",
+    )
     validate.set_defaults(run=cmd_validate)
 
     parse = command("parse", "completions -> assistant messages", PARSE_HELP, PARSE_EXAMPLE)

@@ -13,8 +13,11 @@ What the report's two verdicts mean:
   (when present) agrees on it. This is what loading requires; the Qwen3 vocabulary passes it.
 * ``ok``: no problem at all, i.e. ``vocabulary_ok`` and the chat template is the official Qwen 3.8
   one and ``generation_config.json`` stops on ``<|im_end|>`` and ``config.json``'s embedding covers
-  every token ID. A check that cannot be made because its file is absent is a problem too: ``ok``
-  certifies a checkpoint, and a folder holding only ``tokenizer.json`` cannot be certified.
+  every token ID, and the stop/special-token fields follow their rules (``special_tokens``: each
+  field with the rule it must follow and why; a pad token equal to ``<|im_end|>`` is one of the
+  ``warnings``, which do not affect ``ok``). A check that cannot be made because its file is
+  absent is a problem too: ``ok`` certifies a checkpoint, and a folder holding only
+  ``tokenizer.json`` cannot be certified.
 
 Files that cannot be read at all (missing ``tokenizer.json``, invalid JSON in any file, a vocabulary
 ``tokenizers`` cannot load or that is not BPE, a file over ``MAX_TOKENIZER_JSON_BYTES`` /
@@ -40,7 +43,7 @@ from tokenizers.models import BPE
 
 from .checkpoint import FILE, CheckpointFiles, path_kind, resolve_checkpoint
 from .errors import CheckpointError, VocabularyError
-from .markers import PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
+from .markers import END_OF_TEXT, PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
 
 #: sha256 of the official Qwen 3.8 chat template: ``chat_template.jinja`` of Qwen/Qwen3.8-27B at
 #: revision 1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0 (the same text is the ``chat_template`` field
@@ -102,6 +105,28 @@ class MarkerEntry:
 
 
 @dataclass(frozen=True)
+class SpecialTokenEntry:
+    """One stop/special-token field of the side files: where it is, what it holds (as the file
+    has it, and as tokens), the rule it must follow and why, and the verdict: "ok", "problem"
+    (listed in ``problems``), "warning" (listed in ``warnings``) or "absent"."""
+
+    field: str
+    value: Any
+    tokens: str
+    rule: str
+    verdict: Literal["ok", "problem", "warning", "absent"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "field": self.field,
+            "value": self.value,
+            "tokens": self.tokens,
+            "rule": self.rule,
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True)
 class ValidationReport:
     """What ``validate_checkpoint`` found; see the module docstring for ``ok``/``vocabulary_ok``.
 
@@ -122,6 +147,13 @@ class ValidationReport:
     embedding_size: int | None
     template: TemplateKind
     template_sha256: str | None
+    #: What each stop/special-token field of the side files holds and must hold (issue 14).
+    special_tokens: tuple[SpecialTokenEntry, ...] = ()
+    #: Not wrong for the protocol, but a known source of trouble (a pad token equal to
+    #: <|im_end|>); ``ok`` does not depend on them.
+    warnings: tuple[str, ...] = ()
+    #: config.json ``tie_word_embeddings`` (top level or under text_config); None when absent.
+    tie_word_embeddings: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -149,6 +181,9 @@ class ValidationReport:
             "embedding_size": self.embedding_size,
             "template": self.template,
             "template_sha256": self.template_sha256,
+            "special_tokens": [entry.to_dict() for entry in self.special_tokens],
+            "warnings": list(self.warnings),
+            "tie_word_embeddings": self.tie_word_embeddings,
         }
 
 
@@ -453,10 +488,19 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
     template, sha, template_problems = _check_template(files, config)
     stop, stop_problems = _check_stop_tokens(files, im_end, tokenizer)
     embedding, embedding_problems = _check_embedding(files, max_id)
+    special, special_problems, warnings, tied = _check_special_tokens(
+        files, config, tokenizer, stop, stop_problems
+    )
 
     report = ValidationReport(
         source=files.source,
-        problems=(*vocabulary_problems, *template_problems, *stop_problems, *embedding_problems),
+        problems=(
+            *vocabulary_problems,
+            *template_problems,
+            *stop_problems,
+            *embedding_problems,
+            *special_problems,
+        ),
         vocabulary_problems=tuple(vocabulary_problems),
         markers=tuple(markers),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
@@ -468,8 +512,31 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         embedding_size=embedding,
         template=template,
         template_sha256=sha,
+        special_tokens=tuple(special),
+        warnings=tuple(warnings),
+        tie_word_embeddings=tied,
     )
     return tokenizer, report
+
+
+def inspect_checkpoint(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationReport]:
+    """``validate_checkpoint`` for located files, handing back the tokenizer it loaded as well
+    (for the reports of ``qwen_encode.report``, which need the vocabulary: loading it twice
+    would cost a second)."""
+    return _inspect(files)
+
+
+def chat_template_text(files: CheckpointFiles) -> str | None:
+    """The chat template ``files`` carry, as transformers picks it (chat_template.jinja first,
+    else tokenizer_config.json's ``chat_template``), or None. ``CheckpointError`` when the file
+    cannot be read or is not UTF-8."""
+    if files.chat_template is not None:
+        try:
+            return _read_bytes(files.chat_template).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CheckpointError(f"{files.chat_template}: not UTF-8 text ({error})") from error
+    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return _template_text(config)
 
 
 def _declared_entries(declared: list[Any] | None) -> dict[str, list[dict[str, Any]]]:
@@ -815,3 +882,151 @@ def _describe(node: Any) -> str:
         pattern = node.get("pattern") or {}
         return "Split(regex)" if "Regex" in pattern else f"Split({pattern.get('String')!r})"
     return kind
+
+
+# --- stop and special tokens (issue 14) ---------------------------------------------------------
+
+_GENERATION_EOS_RULE: Final = (
+    f"must include {TURN_CLOSE}: every assistant turn ends with it, and generate() and servers "
+    f"stop only on these IDs (generation never ends otherwise); {END_OF_TEXT} may be listed too"
+)
+_EOS_TOKEN_RULE: Final = (
+    f"must be {TURN_CLOSE}: tokenizer.eos_token is what trainers append to each example (TRL) and "
+    "what servers stop on when generation_config.json names no eos_token_id"
+)
+_PAD_TOKEN_RULE: Final = (
+    f"must be a token other than {TURN_CLOSE} (officially {END_OF_TEXT}): collators mask pad "
+    f"positions out of the loss, so a pad equal to {TURN_CLOSE} masks every turn's real end too "
+    "and the model never learns to stop"
+)
+_CONFIG_EOS_RULE: Final = (
+    f"token ID(s) of the vocabulary (officially {END_OF_TEXT}, the pre-training end of document): "
+    "generate() falls back to it only when generation_config.json has no eos_token_id"
+)
+_CONFIG_BOS_RULE: Final = (
+    f"a token ID of the vocabulary, or null: never prepended (the tokenizer adds no BOS; chat "
+    f"prompts start with {TURN_OPEN})"
+)
+
+
+def _tokens_shown(tokenizer: tokenizers.Tokenizer, ids: list[Any]) -> str:
+    shown_ids = []
+    for token_id in ids:
+        if _is_id(token_id) and _is_token(tokenizer, token_id):
+            shown_ids.append(f"{token_id} {tokenizer.id_to_token(token_id)}")
+        else:
+            shown_ids.append(f"{_shown(token_id)} (no token)")
+    return ", ".join(shown_ids) or "none"
+
+
+def _check_special_tokens(
+    files: CheckpointFiles,
+    config: Mapping[str, Any] | None,
+    tokenizer: tokenizers.Tokenizer,
+    stop: tuple[int, ...] | None,
+    stop_problems: list[str],
+) -> tuple[list[SpecialTokenEntry], list[str], list[str], bool | None]:
+    """Each stop/special-token field against the rule in the constants above. The
+    generation_config.json stop list is judged by ``_check_stop_tokens`` (its problems are
+    already listed); it is only shown here, with the rule."""
+    entries: list[SpecialTokenEntry] = []
+    problems: list[str] = []
+    warnings: list[str] = []
+    if files.generation_config is None or stop is None:
+        entries.append(
+            SpecialTokenEntry(
+                "generation_config.json eos_token_id",
+                None,
+                "none",
+                _GENERATION_EOS_RULE,
+                "problem",
+            )
+        )
+    else:
+        entries.append(
+            SpecialTokenEntry(
+                "generation_config.json eos_token_id",
+                list(stop),
+                _tokens_shown(tokenizer, list(stop)),
+                _GENERATION_EOS_RULE,
+                "problem" if stop_problems else "ok",
+            )
+        )
+
+    if config is not None:
+        for name, rule in (("eos_token", _EOS_TOKEN_RULE), ("pad_token", _PAD_TOKEN_RULE)):
+            where = f"tokenizer_config.json {name}"
+            raw = config.get(name)
+            value = raw.get("content") if isinstance(raw, dict) else raw
+            if value is None:
+                if name == "pad_token":
+                    warnings.append(
+                        f"{where}: no pad token; trainers commonly fall back to eos_token "
+                        f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}"
+                    )
+                    entries.append(SpecialTokenEntry(where, None, "none", rule, "warning"))
+                else:
+                    problems.append(f"{where}: expected {TURN_CLOSE!r}, found none")
+                    entries.append(SpecialTokenEntry(where, None, "none", rule, "problem"))
+                continue
+            if not isinstance(value, str):
+                problems.append(f"{where}: expected a token string, found {_shown(raw)}")
+                entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
+                continue
+            token_id = tokenizer.token_to_id(value)
+            tokens = "no token" if token_id is None else f"{token_id} {value}"
+            verdict: Literal["ok", "problem", "warning", "absent"] = "ok"
+            if token_id is None:
+                problems.append(
+                    f"{where}: expected a token of the vocabulary, found {value!r}, which is none"
+                )
+                verdict = "problem"
+            elif name == "eos_token" and value != TURN_CLOSE:
+                problems.append(f"{where}: expected {TURN_CLOSE!r}, found {value!r}")
+                verdict = "problem"
+            elif name == "pad_token" and value == TURN_CLOSE:
+                warnings.append(
+                    f"{where}: {TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use "
+                    f"{END_OF_TEXT!r})"
+                )
+                verdict = "warning"
+            entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
+
+    tied: bool | None = None
+    if files.config is not None:
+        model_config = _read_json(files.config)
+        text_config = model_config.get("text_config")
+        scopes = [("", model_config)]
+        if isinstance(text_config, dict):
+            scopes.insert(0, ("text_config.", text_config))
+        for prefix, scope in scopes:
+            if tied is None and isinstance(scope.get("tie_word_embeddings"), bool):
+                tied = scope["tie_word_embeddings"]
+            for name, rule, listable in (
+                ("eos_token_id", _CONFIG_EOS_RULE, True),
+                ("bos_token_id", _CONFIG_BOS_RULE, False),
+            ):
+                if name not in scope:
+                    continue
+                where = f"config.json {prefix}{name}"
+                raw = scope[name]
+                if raw is None and not listable:
+                    entries.append(SpecialTokenEntry(where, None, "none", rule, "ok"))
+                    continue
+                ids = raw if isinstance(raw, list) and listable else [raw]
+                bad = [v for v in ids if not (_is_id(v) and _is_token(tokenizer, v))]
+                if bad or not ids:
+                    problems.append(
+                        f"{where}: expected {'token IDs' if listable else 'a token ID or null'} "
+                        f"of the vocabulary, found {_shown(raw)}"
+                    )
+                entries.append(
+                    SpecialTokenEntry(
+                        where,
+                        raw,
+                        _tokens_shown(tokenizer, ids),
+                        rule,
+                        "problem" if bad or not ids else "ok",
+                    )
+                )
+    return entries, problems, warnings, tied

@@ -527,9 +527,54 @@ def test_validate_prints_a_stop_token_id_out_of_range_as_a_problem(tmp_path: Pat
     assert "Traceback" not in result.stderr and "OverflowError" not in result.stdout
     assert "found -1, which is no token" in result.stdout
     assert "found 18446744073709551616, which is no token" in result.stdout
-    assert "chat template  the official Qwen 3.8 template" in result.stdout  # the rest is there
+    assert "chat template    the official Qwen 3.8 template" in result.stdout  # the rest is there
     # An encoder loads from it (stop tokens do not prevent loading).
     assert run("encode", "--model", folder, stdin=request()).returncode == 0
+
+
+def test_validate_against_itself_is_compatible() -> None:
+    result = run("validate", TINY, "--against", TINY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"compared with {TINY}: tokenizer-compatible\n  no difference" in result.stdout
+
+
+def test_validate_against_a_base_it_differs_from(tmp_path: Path) -> None:
+    folder = _tiny_copy(tmp_path)
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    a, b = (next(k for k, v in vocab.items() if v == i) for i in (300, 301))
+    vocab[a], vocab[b] = 301, 300
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    result = run("validate", folder, "--against", TINY)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "NOT tokenizer-compatible" in result.stdout
+    assert f"{b!r} 301 -> 300" in result.stdout and f"{a!r} 300 -> 301" in result.stdout
+    assert f"not tokenizer-compatible with {TINY} (see above)" in result.stdout
+    report = json.loads(run("validate", folder, "--against", TINY, "--json").stdout)
+    assert report["ok"] is False and report["comparison"]["compatible"] is False
+    # Without --against the same checkpoint is sound on its own.
+    assert run("validate", folder).returncode == 0
+
+
+def test_validate_prints_the_template_behaviour_table(tmp_path: Path) -> None:
+    folder = _tiny_copy(tmp_path)
+    template = folder / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    template.write_text(text.replace('"\\n</tools>"', '"\\n</TOOLS>"'), encoding="utf-8")
+    result = run("validate", folder)
+    assert result.returncode == 1
+    assert "template behaviour (compared with the native Qwen 3.8 renderer)" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["tools", "block", "differs", "tools"] in rows
+    assert ["system", "prompt", "identical"] in rows
+    # Line 9 of the system turn: its header, "# Tools", a blank line, the sentence, a blank line,
+    # "<tools>", the two probe tools, then "</tools>".
+    assert "tools block (tools), line 9: template '</TOOLS>', expected '</tools>'" in result.stdout
+    assert "chat template    an unknown template" in result.stdout
+    report = json.loads(run("validate", folder, "--json").stdout)
+    features = {f["feature"]: f["status"] for f in report["template_behaviour"]["features"]}
+    assert [k for k, v in features.items() if v != "identical"] == ["tools block"]
+    assert {"prefix_stability", "dead_tokens", "special_tokens"} <= set(report)
 
 
 def test_validate_an_unreadable_checkpoint(tmp_path: Path) -> None:

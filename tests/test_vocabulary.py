@@ -107,7 +107,12 @@ def test_qwen38_report_contents(qwen38_dir: Path) -> None:
         "embedding_size",
         "template",
         "template_sha256",
+        "special_tokens",
+        "warnings",
+        "tie_word_embeddings",
     }
+    assert data["tie_word_embeddings"] is False
+    assert data["warnings"] == []
 
 
 def test_qwen3_loads_with_its_own_ids(qwen3_dir: Path) -> None:
@@ -858,3 +863,109 @@ def test_a_checkpoint_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
     shutil.copytree(TINY, folder)
     report = load(folder).report
     assert report.ok, report.problems
+
+
+# --- stop and special tokens field by field (issue 14) -------------------------------------------
+
+
+def special(report: ValidationReport) -> dict[str, tuple[str, str]]:
+    return {e.field: (e.tokens, e.verdict) for e in report.special_tokens}
+
+
+def test_special_tokens_of_the_official_checkpoint(qwen38_dir: Path) -> None:
+    report = validate_checkpoint(qwen38_dir)
+    # Expected values read from the official files, not from the code under test.
+    generation = json.loads((qwen38_dir / "generation_config.json").read_text(encoding="utf-8"))
+    config = json.loads((qwen38_dir / "config.json").read_text(encoding="utf-8"))["text_config"]
+    ids = config_ids(qwen38_dir)
+    name = {i: t for t, i in ids.items()}
+    assert special(report) == {
+        "generation_config.json eos_token_id": (
+            ", ".join(f"{i} {name[i]}" for i in generation["eos_token_id"]),
+            "ok",
+        ),
+        "tokenizer_config.json eos_token": (f"{ids[TURN_CLOSE]} {TURN_CLOSE}", "ok"),
+        "tokenizer_config.json pad_token": (f"{ids['<|endoftext|>']} <|endoftext|>", "ok"),
+        "config.json text_config.eos_token_id": (
+            f"{config['eos_token_id']} {name[config['eos_token_id']]}",
+            "ok",
+        ),
+        "config.json text_config.bos_token_id": (
+            f"{config['bos_token_id']} {name[config['bos_token_id']]}",
+            "ok",
+        ),
+    }
+    assert report.tie_word_embeddings is config["tie_word_embeddings"] is False
+    assert all(e.rule for e in report.special_tokens)
+
+
+def test_pad_token_equal_to_im_end_is_a_warning(qwen38_dir: Path, tmp_path: Path) -> None:
+    folder = mutated_copy(
+        qwen38_dir, tmp_path / "c", config=lambda c: c.update(pad_token=TURN_CLOSE)
+    )
+    report = validate_checkpoint(folder)
+    assert report.ok  # the protocol is intact; training on it is what goes wrong
+    assert special(report)["tokenizer_config.json pad_token"] == (f"248046 {TURN_CLOSE}", "warning")
+    (warning,) = report.warnings
+    assert warning.startswith(f"tokenizer_config.json pad_token: {TURN_CLOSE!r}; collators mask")
+    assert "never learns to stop" in warning
+
+
+def test_pad_token_absent_is_a_warning(qwen38_dir: Path, tmp_path: Path) -> None:
+    folder = mutated_copy(qwen38_dir, tmp_path / "c", config=lambda c: c.pop("pad_token"))
+    report = validate_checkpoint(folder)
+    assert report.ok and len(report.warnings) == 1
+    assert "fall back to eos_token" in report.warnings[0]
+
+
+def test_eos_token_other_than_im_end(qwen38_dir: Path, tmp_path: Path) -> None:
+    folder = mutated_copy(
+        qwen38_dir, tmp_path / "c", config=lambda c: c.update(eos_token="<|endoftext|>")
+    )
+    report = reported(folder)
+    assert report.problems == (
+        "tokenizer_config.json eos_token: expected '<|im_end|>', found '<|endoftext|>'",
+    )
+    assert special(report)["tokenizer_config.json eos_token"][1] == "problem"
+
+
+def test_eos_token_not_a_token(qwen38_dir: Path, tmp_path: Path) -> None:
+    folder = mutated_copy(qwen38_dir, tmp_path / "c", config=lambda c: c.update(pad_token="<pad>"))
+    assert reported(folder).problems == (
+        "tokenizer_config.json pad_token: expected a token of the vocabulary, found '<pad>', "
+        "which is none",
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("eos_token_id", 999999, "expected token IDs of the vocabulary, found 999999"),
+        (
+            "eos_token_id",
+            [248046, "x"],
+            'expected token IDs of the vocabulary, found [248046, "x"]',
+        ),
+        ("bos_token_id", -1, "expected a token ID or null of the vocabulary, found -1"),
+    ],
+)
+def test_config_ids_that_are_no_token(
+    field: str, value: Any, expected: str, qwen38_dir: Path, tmp_path: Path
+) -> None:
+    def edit(config: dict[str, Any]) -> dict[str, Any]:
+        config["text_config"][field] = value
+        return config
+
+    folder = mutated_copy(qwen38_dir, tmp_path / "c", files={"config.json": edit})
+    assert reported(folder).problems == (f"config.json text_config.{field}: {expected}",)
+
+
+def test_config_bos_null_is_fine(qwen38_dir: Path, tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> dict[str, Any]:
+        config["text_config"]["bos_token_id"] = None
+        config["text_config"]["tie_word_embeddings"] = True
+        return config
+
+    folder = mutated_copy(qwen38_dir, tmp_path / "c", files={"config.json": edit})
+    report = validate_checkpoint(folder)
+    assert report.ok and report.tie_word_embeddings is True

@@ -1,0 +1,513 @@
+"""``qwen_encode.report``: the template behaviour report (oracle: transformers'
+``apply_chat_template``), prefix stability, dead tokens (oracle: each token checked with
+``tokenizers`` directly, and the merges list read from the file), and the comparison with a base
+on checkpoints derived in tmp dirs from the shared ones and the committed tiny fixture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tokenizers import Tokenizer
+
+import qwen_encode as qe
+from qwen_encode import report
+from qwen_encode.markers import TURN_CLOSE, TURN_OPEN
+from qwen_encode.report import FEATURES, PROBES, render_template, template_behaviour
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "fixtures" / "qwen3.8-tiny"
+
+
+@pytest.fixture(scope="module")
+def official(qwen38_dir: Path) -> str:
+    return (qwen38_dir / "chat_template.jinja").read_text(encoding="utf-8")
+
+
+# --- rendering as transformers does -------------------------------------------------------------
+
+
+def test_rendering_equals_apply_chat_template_on_every_probe(official: str, oracle: Any) -> None:
+    pytest.importorskip("jinja2")
+    for probe in PROBES:
+        try:
+            expected: str | None = oracle.apply_chat_template(
+                [dict(m) for m in probe.messages],
+                tools=None if probe.tools is None else list(probe.tools),
+                add_generation_prompt=probe.add_generation_prompt,
+                continue_final_message=probe.continue_final_message,
+                tokenize=False,
+                **probe.kwargs,
+            )
+        except Exception:
+            expected = None
+        try:
+            mine: str | None = render_template(
+                official,
+                probe.messages,
+                tools=probe.tools,
+                add_generation_prompt=probe.add_generation_prompt,
+                continue_final_message=probe.continue_final_message,
+                **probe.kwargs,
+            )
+        except Exception:
+            mine = None
+        assert mine == expected, probe.name
+    # The error probes are the only ones that raise, and they all do.
+    assert sum(probe.feature == "error cases" for probe in PROBES) >= 8
+
+
+def test_every_feature_has_probes() -> None:
+    assert {probe.feature for probe in PROBES} == set(FEATURES)
+
+
+def test_official_template_behaves_as_the_native_renderer(official: str) -> None:
+    pytest.importorskip("jinja2")
+    behaviour = template_behaviour(official)
+    assert behaviour.available and behaviour.identical
+    assert [f.feature for f in behaviour.features] == list(FEATURES)
+
+
+# One mutation of the official template per feature: (feature, text replaced, replacement).
+MUTATIONS = [
+    (
+        "system prompt",
+        "else '')  + content + '<|im_end|>\\n' }}",
+        "else '')  + content|upper + '<|im_end|>\\n' }}",
+    ),
+    (
+        "reasoning effort",
+        "Reasoning effort is set to low. Keep",
+        "Reasoning effort: low. Keep",
+    ),
+    (
+        "thinking primer",
+        "{{- '<think>\\n\\n</think>\\n\\n' }}",
+        "{{- '<think>\\n</think>\\n\\n' }}",
+    ),
+    ("tools block", '{{- "\\n</tools>" }}', '{{- "\\n</tools>\\n" }}'),
+    (
+        "tool calls",
+        "{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}",
+        "{{- '\\n\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}",
+    ),
+    (
+        "tool results",
+        '{%- if not loop.last and loop.nextitem.role != "tool" %}',
+        "{%- if not loop.last %}",
+    ),
+    (
+        "multi-turn reasoning",
+        "{{- '<|im_start|>' + message.role + '\\n' + content }}",
+        "{{- '<|im_start|>' + message.role + '\\n<think>\\n\\n</think>\\n\\n' + content }}",
+    ),
+    ("images and videos", "'Picture ' ~ image_count.value", "'Image ' ~ image_count.value"),
+    (
+        "continue_final_message",
+        "{%- set content = render_content(message.content, true)|trim %}",
+        "{%- set content = render_content(message.content, true) %}",
+    ),
+    (
+        "error cases",
+        "{{- raise_exception('System message must be at the beginning.') }}",
+        "{{- '' }}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("feature", "old", "new"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_a_mutation_is_reported_under_its_feature_only(
+    feature: str, old: str, new: str, official: str
+) -> None:
+    pytest.importorskip("jinja2")
+    assert official.count(old) == 1, "the mutation must hit exactly one place"
+    behaviour = template_behaviour(official.replace(old, new))
+    changed = {f.feature: f for f in behaviour.features if f.status != "identical"}
+    assert set(changed) == {feature}
+    result = changed[feature]
+    assert result.status == "differs"
+    assert result.probe is not None and result.probe.feature == feature
+    assert result.template_line != result.reference_line
+
+
+def test_every_listed_feature_has_a_mutation() -> None:
+    # "turns" (user and assistant turns) is what every probe renders: a change there shows under
+    # every feature, so it has no single-feature mutation.
+    assert {m[0] for m in MUTATIONS} == set(FEATURES) - {"turns"}
+
+
+def test_a_template_that_raises_is_reported_as_raising(official: str) -> None:
+    pytest.importorskip("jinja2")
+    broken = official.replace(
+        "{{- 'Picture ' ~ image_count.value ~ ': ' }}", "{{- raise_exception('no ids') }}"
+    )
+    behaviour = template_behaviour(broken)
+    (result,) = [f for f in behaviour.features if f.status != "identical"]
+    assert (result.feature, result.status) == ("images and videos", "raises")
+    assert result.error == "TemplateError: no ids"
+
+
+def test_the_first_differing_line_of_each_side(official: str) -> None:
+    pytest.importorskip("jinja2")
+    behaviour = template_behaviour(official.replace('"\\n</tools>"', '"\\n</TOOLS>"'))
+    (result,) = [f for f in behaviour.features if f.status != "identical"]
+    assert (result.template_line, result.reference_line) == ("</TOOLS>", "</tools>")
+    assert result.probe is not None and result.probe.tools
+
+
+def test_without_jinja2_the_report_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    shutil.copytree(TINY, folder)
+    path = folder / "chat_template.jinja"
+    path.write_text(path.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 now raises ImportError
+    full = report.checkpoint_report(folder)
+    assert full.behaviour is not None and not full.behaviour.available
+    assert full.behaviour.note == "the template check needs jinja2 (pip install jinja2)"
+    assert full.dead.checked > 0  # everything else still ran
+    assert not full.ok  # the modified template is still a problem of the validation
+
+
+def test_a_template_that_does_not_compile() -> None:
+    pytest.importorskip("jinja2")
+    behaviour = template_behaviour("{% if %}")
+    assert not behaviour.available
+    assert behaviour.note is not None and behaviour.note.startswith(
+        "the template does not compile: TemplateSyntaxError"
+    )
+
+
+def test_known_templates_are_named() -> None:
+    assert report.template_name(qe.vocabulary.QWEN38_TEMPLATE_SHA256) == (
+        "the official Qwen 3.8 template"
+    )
+    assert report.template_name("0" * 64) == "an unknown template"
+    assert report.template_name(None) == "no template"
+
+
+def test_the_qwen3_template_is_recognised(qwen3_dir: Path) -> None:
+    full = report.checkpoint_report(qwen3_dir)
+    assert full.template_name.startswith("the Qwen3 template")
+
+
+# --- prefix stability ---------------------------------------------------------------------------
+
+
+def expected_breaks(preserve: bool) -> list[int]:
+    """Where the official template must break: with preserve_thinking off, adding a new user
+    query drops the reasoning of every assistant turn before it (template line 116), so the
+    prefix breaks at each user message that follows an assistant turn with reasoning."""
+    if preserve:
+        return []
+    roles = [role for role, _ in report._GROWING]
+    return [i for i, role in enumerate(roles) if role == "user" and "assistant" in roles[:i]]
+
+
+def test_prefix_stability_of_the_official_template() -> None:
+    results = report.prefix_stability()
+    assert len(results) == 4
+    for result in results:
+        breaks = [b.length for b in result.breaks]
+        assert breaks == expected_breaks(result.options["preserve_thinking"]), result.options
+        assert all(not b.primer and b.role == "user" for b in result.breaks)
+
+
+def test_prefix_stability_rendered_with_the_template_agrees(official: str) -> None:
+    pytest.importorskip("jinja2")
+    assert report.prefix_stability(official) == report.prefix_stability()
+
+
+def test_a_template_that_always_keeps_reasoning_is_stable(official: str) -> None:
+    pytest.importorskip("jinja2")
+    # As TRL's qwen3_8_training.jinja does: no preserve_thinking condition.
+    always = official.replace(
+        "{%- if preserve_thinking is undefined or preserve_thinking is true or "
+        "loop.index0 > ns.last_query_index %}",
+        "{%- if true %}",
+    )
+    assert always != official
+    assert all(not result.breaks for result in report.prefix_stability(always))
+
+
+def test_a_primer_that_history_does_not_repeat_breaks_after_the_primer(official: str) -> None:
+    pytest.importorskip("jinja2")
+    # The Qwen3/3.5 pattern of QwenLM/Qwen3 1826: history turns without the empty think block.
+    bare = official.replace(
+        "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + "
+        "'\\n</think>\\n\\n' + content }}",
+        "{%- if reasoning_content %}{{- '<|im_start|>' + message.role + '\\n<think>\\n' + "
+        "reasoning_content + '\\n</think>\\n\\n' + content }}{%- else %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}",
+    )
+    assert bare != official
+    off = next(
+        r
+        for r in report.prefix_stability(bare)
+        if r.options == {"preserve_thinking": True, "enable_thinking": False}
+    )
+    assert off.breaks and all(b.primer and b.role == "assistant" for b in off.breaks)
+
+
+# --- dead tokens --------------------------------------------------------------------------------
+
+
+def test_dead_tokens_of_the_real_vocabulary(qwen38_dir: Path) -> None:
+    path = qwen38_dir / "tokenizer.json"
+    tokenizer = Tokenizer.from_file(str(path))
+    dead = report.dead_tokens(tokenizer)
+    found = {kind: {t.id for t in dead.of(kind)} for kind in report.DEAD_KINDS}
+
+    # Oracle 1: every entry checked with tokenizers directly, one encode per token.
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def text(i: int) -> str:
+        return tokenizer.decode([i], skip_special_tokens=False)
+
+    failing = {
+        i for i in range(size) if tokenizer.encode(text(i), add_special_tokens=False).ids != [i]
+    }
+    assert set().union(*found.values()) == failing
+
+    # Oracle 2: the merges as the file lists them; a base token that no merge produces and that
+    # is not a single byte can never be built (the shared README counts 201).
+    model = json.loads(path.read_text(encoding="utf-8"))["model"]
+    produced = {"".join(m) if isinstance(m, list) else m.replace(" ", "") for m in model["merges"]}
+    singles = {token for token in model["vocab"] if len(token) == 1}
+    buildable = produced | singles
+    no_merge = {i for token, i in model["vocab"].items() if token not in buildable}
+    assert found["unreachable"] == no_merge
+    assert len(no_merge) == 201
+
+    # Partial UTF-8: the decoder can only show them as U+FFFD.
+    assert found["partial_utf8"] == {i for i in failing - no_merge if "\ufffd" in text(i)}
+    # What remains is split by the pre-tokenizer (fullwidth digits go one by one).
+    assert found["pre_tokenizer"] == failing - no_merge - found["partial_utf8"]
+    assert all(
+        len(tokenizer.pre_tokenizer.pre_tokenize_str(t.text or "")) > 1 for t in dead.pre_tokenizer
+    )
+    assert found["nfc"] == set() == found["added"]
+    assert dead.checked == size
+
+
+def copy_of(source: Path, destination: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    shutil.copytree(source, destination)
+    data = json.loads((destination / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(data)
+    (destination / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    return destination
+
+
+def first_merge(data: dict[str, Any]) -> tuple[list[str], str]:
+    """A merge of the tiny vocabulary whose result is a base token, and that token."""
+    vocab = data["model"]["vocab"]
+    for merge in data["model"]["merges"]:
+        pair = merge if isinstance(merge, list) else merge.split(" ")
+        if "".join(pair) in vocab and len("".join(pair)) == 2:
+            return pair, "".join(pair)
+    raise AssertionError("no merge")
+
+
+def test_a_removed_merge_makes_its_token_unreachable(tmp_path: Path) -> None:
+    data = json.loads((TINY / "tokenizer.json").read_text(encoding="utf-8"))
+    pair, token = first_merge(data)
+
+    def remove(d: dict[str, Any]) -> None:
+        d["model"]["merges"] = [m for m in d["model"]["merges"] if list(m) != pair]
+
+    folder = copy_of(TINY, tmp_path / "c", remove)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    dead = report.dead_tokens(tokenizer)
+    assert data["model"]["vocab"][token] in {t.id for t in dead.unreachable}
+    original = report.dead_tokens(Tokenizer.from_file(str(TINY / "tokenizer.json")))
+    assert data["model"]["vocab"][token] not in {t.id for t in original.unreachable}
+
+
+def test_a_token_changed_by_nfc(tmp_path: Path) -> None:
+    decomposed = "e\u0301"  # NFC composes it to é: the entry can never come out of the normalizer
+
+    replaced: list[int] = []
+
+    def add(d: dict[str, Any]) -> None:
+        table = {
+            byte: chr(char)
+            for char, byte in report._BYTE_TABLE.items()
+            if byte != report._NOT_A_BYTE
+        }
+        token = "".join(table[b] for b in decomposed.encode("utf-8"))
+        vocab, merges = d["model"]["vocab"], d["model"]["merges"]
+        pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
+        parts = {part for pair in pairs for part in pair}
+        # An entry that is no part of any merge: dropped with the merge that builds it.
+        old = next(k for k in vocab if k not in parts and len(k) > 1)
+        d["model"]["merges"] = [
+            m for m, pair in zip(merges, pairs, strict=True) if "".join(pair) != old
+        ]
+        replaced.append(vocab.pop(old))
+        vocab[token] = replaced[0]
+
+    folder = copy_of(TINY, tmp_path / "c", add)
+    dead = report.dead_tokens(Tokenizer.from_file(str(folder / "tokenizer.json")))
+    assert [(t.id, t.text) for t in dead.nfc] == [(replaced[0], decomposed)]
+
+
+def test_dead_tokens_in_json_list_them_all(tmp_path: Path) -> None:
+    dead = report.dead_tokens(Tokenizer.from_file(str(TINY / "tokenizer.json")))
+    data = json.loads(json.dumps(dead.to_dict()))
+    for kind in report.DEAD_KINDS:
+        assert data[kind]["count"] == len(data[kind]["tokens"]) == len(dead.of(kind))
+
+
+# --- compare with a base ------------------------------------------------------------------------
+
+
+def kinds(comparison: report.Comparison) -> dict[str, bool]:
+    return {d.kind: d.breaking for d in comparison.differences}
+
+
+def side_copy(destination: Path, name: str, edit: Callable[[Any], Any]) -> Path:
+    shutil.copytree(TINY, destination)
+    path = destination / name
+    path.write_text(json.dumps(edit(json.loads(path.read_text(encoding="utf-8")))))
+    return destination
+
+
+def test_a_copy_is_compatible(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    shutil.copytree(TINY, folder)
+    comparison = qe.compare_checkpoints(folder, TINY)
+    assert comparison.compatible and comparison.differences == ()
+
+
+def test_one_merge_removed(tmp_path: Path) -> None:
+    data = json.loads((TINY / "tokenizer.json").read_text(encoding="utf-8"))
+    pair, _ = first_merge(data)
+
+    def remove(d: dict[str, Any]) -> None:
+        d["model"]["merges"] = [m for m in d["model"]["merges"] if list(m) != pair]
+
+    comparison = qe.compare_checkpoints(copy_of(TINY, tmp_path / "c", remove), TINY)
+    assert not comparison.compatible
+    assert kinds(comparison)["merges"] is True
+    merges = next(d for d in comparison.differences if d.kind == "merges")
+    assert f"removed 1 [{' '.join(pair)!r}]" in merges.message
+
+
+def test_a_token_renumbered(tmp_path: Path) -> None:
+    def swap(d: dict[str, Any]) -> None:
+        vocab = d["model"]["vocab"]
+        a, b = (next(k for k, v in vocab.items() if v == i) for i in (300, 301))
+        vocab[a], vocab[b] = 301, 300
+
+    comparison = qe.compare_checkpoints(copy_of(TINY, tmp_path / "c", swap), TINY)
+    assert not comparison.compatible
+    renumbered = next(d for d in comparison.differences if d.kind == "renumbered")
+    assert renumbered.breaking and renumbered.message.startswith("2 token(s) at another ID")
+
+
+def test_an_added_token_appended(tmp_path: Path) -> None:
+    def append(d: dict[str, Any]) -> None:
+        last = max(t["id"] for t in d["added_tokens"])
+        d["added_tokens"].append(
+            {
+                "id": last + 1,
+                "content": "<|my_tool|>",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+
+    comparison = qe.compare_checkpoints(copy_of(TINY, tmp_path / "c", append), TINY)
+    # A new token at a new ID leaves every base encoding as it was: listed, not breaking.
+    assert kinds(comparison) == {"added": False}
+    assert comparison.compatible
+    assert "'<|my_tool|>' (ID 2081)" in comparison.differences[0].message
+
+
+def test_a_changed_normalizer(tmp_path: Path) -> None:
+    def nfkc(d: dict[str, Any]) -> None:
+        d["normalizer"] = {"type": "NFKC"}
+
+    comparison = qe.compare_checkpoints(copy_of(TINY, tmp_path / "c", nfkc), TINY)
+    assert kinds(comparison)["normalizer"] is True
+    assert not comparison.compatible
+    # "ﬁ" is one of the probe texts' characters that NFKC changes.
+    assert kinds(comparison).get("probe IDs") is True
+
+
+def test_stop_tokens_without_im_end(tmp_path: Path) -> None:
+    folder = side_copy(
+        tmp_path / "c", "generation_config.json", lambda g: {**g, "eos_token_id": 2048}
+    )
+    comparison = qe.compare_checkpoints(folder, TINY)
+    assert kinds(comparison) == {"stop tokens": True}
+    full = report.checkpoint_report(folder, against=TINY)
+    assert not full.ok and not full.validation.ok
+
+
+def test_a_vocab_size_too_small(tmp_path: Path) -> None:
+    def shrink(config: dict[str, Any]) -> dict[str, Any]:
+        config["text_config"]["vocab_size"] = 2070
+        return config
+
+    comparison = qe.compare_checkpoints(side_copy(tmp_path / "c", "config.json", shrink), TINY)
+    assert kinds(comparison) == {"embedding": True}
+    assert comparison.differences[0].message == "embedding size 2070 (base 2112)"
+
+
+def test_qwen3_against_qwen38(qwen3_dir: Path, qwen38_dir: Path) -> None:
+    comparison = qe.compare_checkpoints(qwen3_dir, qwen38_dir)
+    assert not comparison.compatible
+    found = kinds(comparison)
+    # Expected from the files themselves: another pre-tokenizer pattern, other merges, the
+    # markers elsewhere, no config.json / generation_config.json in the Qwen3 folder, another
+    # template.
+    q3 = json.loads((qwen3_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    q38 = json.loads((qwen38_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    assert (q3["pre_tokenizer"] != q38["pre_tokenizer"]) == ("pre_tokenizer" in found)
+    assert q3["normalizer"] == q38["normalizer"] and "normalizer" not in found
+    assert set(found) >= {
+        "merges",
+        "renumbered",
+        "removed",
+        "added",
+        "probe IDs",
+        "embedding",
+        "stop tokens",
+        "template",
+    }
+    renumbered = next(d for d in comparison.differences if d.kind == "renumbered")
+    ids = {t["content"]: t["id"] for t in q3["added_tokens"]}
+    base_ids = {t["content"]: t["id"] for t in q38["added_tokens"]}
+    assert f"{TURN_OPEN!r} {base_ids[TURN_OPEN]} -> {ids[TURN_OPEN]}" in renumbered.message or (
+        renumbered.message.count("->") == 10  # listed first by base ID; the count says the rest
+    )
+    merges = next(d for d in comparison.differences if d.kind == "merges")
+    assert f"merges: {len(q3['model']['merges']):,} (base {len(q38['model']['merges']):,})" in (
+        merges.message
+    )
+    assert comparison.template is not None and comparison.template.available
+    assert not comparison.template.identical
+
+
+def test_checkpoint_report_json_carries_everything(tmp_path: Path) -> None:
+    data = json.loads(json.dumps(report.checkpoint_report(TINY, against=TINY).to_dict()))
+    assert data["ok"] is True
+    assert data["template_name"] == "the official Qwen 3.8 template"
+    assert data["template_behaviour"] is None  # byte-identical: nothing to render
+    assert len(data["prefix_stability"]) == 4
+    assert data["comparison"]["compatible"] is True
+    assert set(data["dead_tokens"]) == {"checked", "note", *report.DEAD_KINDS}
+    assert {e["field"] for e in data["special_tokens"]} >= {
+        "generation_config.json eos_token_id",
+        "tokenizer_config.json eos_token",
+        "tokenizer_config.json pad_token",
+    }
+    assert TURN_CLOSE in json.dumps(data["special_tokens"])
