@@ -969,11 +969,18 @@ class Difference:
     does (or cannot run as it does), so it is not tokenizer-compatible."""
 
     kind: str
-    message: str
+    message: str  # readable: long lists are cut to their first entries
     breaking: bool
+    # Every entry a cut list stood for (tokens, merges, probe texts), so --json carries them all.
+    items: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "breaking": self.breaking}
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "breaking": self.breaking,
+            "items": list(self.items),
+        }
 
 
 @dataclass(frozen=True)
@@ -1100,6 +1107,7 @@ def _compare(
                 f"[{_listed([repr(m) for m in added])}], removed {len(removed)} "
                 f"[{_listed([repr(m) for m in removed])}]{moved}",
                 True,
+                tuple(f"+{m}" for m in added) + tuple(f"-{m}" for m in removed),
             )
         )
     vocab = tokenizer.get_vocab(with_added_tokens=True)
@@ -1109,39 +1117,43 @@ def _compare(
         key=lambda t: base_vocab[t],
     )
     if renumbered:
+        moves = [f"{t!r} {base_vocab[t]} -> {vocab[t]}" for t in renumbered]
         diffs.append(
             Difference(
                 "renumbered",
-                f"{len(renumbered)} token(s) at another ID than in the base: "
-                + _listed([f"{t!r} {base_vocab[t]} -> {vocab[t]}" for t in renumbered]),
+                f"{len(renumbered)} token(s) at another ID than in the base: " + _listed(moves),
                 True,
+                tuple(moves),
             )
         )
     removed_tokens = sorted(base_vocab.keys() - vocab.keys(), key=lambda t: base_vocab[t])
     if removed_tokens:
+        gone = [f"{t!r} (ID {base_vocab[t]})" for t in removed_tokens]
         diffs.append(
             Difference(
                 "removed",
-                f"{len(removed_tokens)} token(s) of the base are gone: "
-                + _listed([f"{t!r} (ID {base_vocab[t]})" for t in removed_tokens]),
+                f"{len(removed_tokens)} token(s) of the base are gone: " + _listed(gone),
                 True,
+                tuple(gone),
             )
         )
     new_tokens = sorted(vocab.keys() - base_vocab.keys(), key=lambda t: vocab[t])
     if new_tokens:
         taken = set(base_vocab.values())
         clash = [t for t in new_tokens if vocab[t] in taken]
+        listed_new = [f"{t!r} (ID {vocab[t]})" for t in new_tokens]
         diffs.append(
             Difference(
                 "added",
                 f"{len(new_tokens)} token(s) not in the base: "
-                + _listed([f"{t!r} (ID {vocab[t]})" for t in new_tokens])
+                + _listed(listed_new)
                 + (
                     f"; {len(clash)} of them take an ID the base gives another token"
                     if clash
                     else ""
                 ),
                 bool(clash),
+                tuple(listed_new),
             )
         )
     flags = ("special", "normalized", "lstrip", "rstrip", "single_word")
@@ -1172,6 +1184,7 @@ def _compare(
                 f"{len(differing)} of {len(corpus)} probe texts encode to other IDs: "
                 + _listed([repr(t[:40]) for t in differing], 5),
                 True,
+                tuple(differing),
             )
         )
     if report.embedding_size != base_report.embedding_size:
