@@ -331,6 +331,13 @@ def _probes() -> tuple[Probe, ...]:
             None,
             _PLAIN,
         ),
+        # With the template's defaults too (no effort given, thinking on): a template that puts
+        # the system text where the default effort line goes differs only here.
+        Probe(
+            "system prompt",
+            "system text, default options",
+            ({"role": "system", "content": "You are terse."}, *hi),
+        ),
         Probe(
             "system prompt",
             "system text blocks",

@@ -135,6 +135,24 @@ def test_a_mutation_is_reported_under_its_feature_only(
     assert result.template_line != result.reference_line
 
 
+def test_a_system_prompt_change_under_default_options_is_found(official: str) -> None:
+    # A fine-tune that lets the system text replace the default (xhigh) effort line renders
+    # every probe with an explicit effort exactly as before: only a probe that leaves the options
+    # at their defaults sees it.
+    pytest.importorskip("jinja2")
+    old = "(reasoning_instructions + '\\n\\n' if reasoning_instructions else '')  + content"
+    new = (
+        "(reasoning_instructions + '\\n\\n' if reasoning_instructions and "
+        "resolved_reasoning_effort != 'xhigh' else '')  + content"
+    )
+    assert official.count(old) == 1, "the mutation must hit exactly one place"
+    behaviour = template_behaviour(official.replace(old, new))
+    changed = {f.feature: f for f in behaviour.features if f.status != "identical"}
+    assert "system prompt" in changed
+    assert changed["system prompt"].probe is not None
+    assert changed["system prompt"].probe.kwargs == {}
+
+
 def test_every_listed_feature_has_a_mutation() -> None:
     # "turns" (user and assistant turns) is what every probe renders: a change there shows under
     # every feature, so it has no single-feature mutation.
