@@ -1076,6 +1076,14 @@ def _listed(items: Sequence[str], limit: int = 10) -> str:
     return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
 
 
+def _listing(
+    kind: str, header: str, entries: list[str], breaking: bool, note: str = ""
+) -> Difference:
+    """A difference that is a list: the message shows its first entries, ``items`` keeps all
+    (one source for both, so --json can never carry less than the text says)."""
+    return Difference(kind, f"{header}: {_listed(entries)}{note}", breaking, tuple(entries))
+
+
 def _compare(
     source: str,
     base: str,
@@ -1124,43 +1132,35 @@ def _compare(
         key=lambda t: base_vocab[t],
     )
     if renumbered:
-        moves = [f"{t!r} {base_vocab[t]} -> {vocab[t]}" for t in renumbered]
         diffs.append(
-            Difference(
+            _listing(
                 "renumbered",
-                f"{len(renumbered)} token(s) at another ID than in the base: " + _listed(moves),
+                f"{len(renumbered)} token(s) at another ID than in the base",
+                [f"{t!r} {base_vocab[t]} -> {vocab[t]}" for t in renumbered],
                 True,
-                tuple(moves),
             )
         )
     removed_tokens = sorted(base_vocab.keys() - vocab.keys(), key=lambda t: base_vocab[t])
     if removed_tokens:
-        gone = [f"{t!r} (ID {base_vocab[t]})" for t in removed_tokens]
         diffs.append(
-            Difference(
+            _listing(
                 "removed",
-                f"{len(removed_tokens)} token(s) of the base are gone: " + _listed(gone),
+                f"{len(removed_tokens)} token(s) of the base are gone",
+                [f"{t!r} (ID {base_vocab[t]})" for t in removed_tokens],
                 True,
-                tuple(gone),
             )
         )
     new_tokens = sorted(vocab.keys() - base_vocab.keys(), key=lambda t: vocab[t])
     if new_tokens:
         taken = set(base_vocab.values())
         clash = [t for t in new_tokens if vocab[t] in taken]
-        listed_new = [f"{t!r} (ID {vocab[t]})" for t in new_tokens]
         diffs.append(
-            Difference(
+            _listing(
                 "added",
-                f"{len(new_tokens)} token(s) not in the base: "
-                + _listed(listed_new)
-                + (
-                    f"; {len(clash)} of them take an ID the base gives another token"
-                    if clash
-                    else ""
-                ),
+                f"{len(new_tokens)} token(s) not in the base",
+                [f"{t!r} (ID {vocab[t]})" for t in new_tokens],
                 bool(clash),
-                tuple(listed_new),
+                f"; {len(clash)} of them take an ID the base gives another token" if clash else "",
             )
         )
     flags = ("special", "normalized", "lstrip", "rstrip", "single_word")
