@@ -86,6 +86,18 @@ class CheckpointFiles:
             generation_config=optional(GENERATION_CONFIG),
         )
 
+    def present(self) -> dict[str, Path]:
+        """The files that exist, by the name they have in a checkpoint folder (what a pickled
+        Encoder packs, and what ``in_folder`` finds again on the other side)."""
+        named = {
+            TOKENIZER_JSON: self.tokenizer_json,
+            TOKENIZER_CONFIG: self.tokenizer_config,
+            CHAT_TEMPLATE: self.chat_template,
+            MODEL_CONFIG: self.config,
+            GENERATION_CONFIG: self.generation_config,
+        }
+        return {name: path for name, path in named.items() if path is not None}
+
 
 def path_kind(path: Path) -> str | None:
     """What is at ``path``: None when nothing is, ``FILE`` for a regular file (symbolic links
