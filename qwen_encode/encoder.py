@@ -22,6 +22,8 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -31,7 +33,7 @@ from tokenizers import Tokenizer
 from . import markers as mk
 from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
 from .conversation import Turn, surrogate_problem, turns_from_messages
-from .engines import Engine, TokenizersEngine, load_fastokens
+from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
 from .protocol import (
     Prompt,
@@ -92,6 +94,16 @@ _CUTTABLE_PATTERNS = frozenset(
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     }
+)
+
+
+# Byte-level BPE spells each byte as one character (GPT-2's table: printable Latin-1 bytes as
+# themselves, the others shifted past U+0100), so a model token's length is its length in bytes.
+_BYTE_ALPHABET = frozenset(
+    [chr(b) for b in range(0x21, 0x7F)]
+    + [chr(b) for b in range(0xA1, 0xAD)]
+    + [chr(b) for b in range(0xAE, 0x100)]
+    + [chr(0x100 + n) for n in range(68)]
 )
 
 
@@ -156,15 +168,37 @@ class Encoding:
         return len(self.input_ids)
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """Consecutive ``Text`` segments: encoded as one piece."""
+class _Batch:
+    """The prompts of one ``encode_batch`` call, laid out as one list of items: a marker (one
+    known ID) or a text run (IDs from the engine or the run cache), each with the turn and
+    trained flag of its tokens. Plain lists of ints here, then a few numpy operations over the
+    whole batch, instead of Python objects and array joins per run and per prompt: with a fast
+    engine the per-run bookkeeping, not BPE, was two thirds of the time (issue 13)."""
 
-    text: str
-    # (start character, turn, trained) for each segment of the run, in order.
-    parts: tuple[tuple[int, int, bool], ...]
-    literal: bool  # must be encoded without matching added tokens
-    crosses: bool  # its segments belong to more than one (turn, trained): see _split_by_offsets
+    __slots__ = ("crossing", "ends", "literal", "slots", "source", "trained", "turn")
+
+    def __init__(self) -> None:
+        self.source: list[int] = []  # >= 0: a text run's slot; < 0: -1 - the marker's ID
+        self.turn: list[int] = []
+        self.trained: list[bool] = []
+        self.ends: list[int] = []  # each prompt's end in the items
+        # Each distinct run text once (encoded once), and whether it is encoded literally.
+        self.slots: dict[str, int] = {}
+        self.literal: list[bool] = []
+        # Runs whose segments belong to more than one (turn, trained): first item, slot and the
+        # character where each part starts (one item per part, its length known once encoded).
+        self.crossing: list[tuple[int, int, tuple[int, ...]]] = []
+
+    def mark(self) -> tuple[int, int, int]:
+        return len(self.source), len(self.slots), len(self.crossing)
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        """Forget what a refused prompt added, so none of its text is encoded."""
+        items, slots, crossing = mark
+        del self.source[items:], self.turn[items:], self.trained[items:]
+        del self.crossing[crossing:], self.literal[slots:]
+        for text in list(self.slots)[slots:]:
+            del self.slots[text]
 
 
 class Encoder:
@@ -220,11 +254,12 @@ class Encoder:
         self._lock = threading.Lock()  # encoders are shared by a server's threads
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
-        self._marker_arrays = {
-            content: np.array([token_id], dtype=np.int32)
-            for content, token_id in vocabulary.added_tokens.items()
-        }
         self._added_ids: Mapping[str, int] = vocabulary.added_tokens
+        # A marker item's IDs, by its code in _Batch.source.
+        self._marker_ids = {
+            -1 - token_id: np.array([token_id], dtype=np.int32)
+            for token_id in vocabulary.added_tokens.values()
+        }
         # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
         contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
         self._added_pattern = re.compile("|".join(re.escape(c) for c in contents))
@@ -234,6 +269,12 @@ class Encoder:
             token.normalized for token in self._tokenizer.get_added_tokens_decoder().values()
         )
         self._cuttable = _cuttable(self._tokenizer, vocabulary.added_tokens)
+        # Every Qwen added token starts with "<": text without one (most runs) needs no regex.
+        # Not for `normalized` tokens, which NFC may create from other characters.
+        initials = {content[:1] for content in contents}
+        self._marker_initial = (
+            initials.pop() if len(initials) == 1 and not self._normalized_match else None
+        )
         if engine == "fastokens":
             self._bring_up_fastokens()
 
@@ -463,49 +504,69 @@ class Encoder:
             raise PromptError(
                 f"expected a list of Prompt values, got {type(prompts).__name__}", field="prompts"
             )
+        prompts = list(prompts)
+        try:
+            return self._encode_prompts(prompts, errors, check_text=False)
+        except (TypeError, UnicodeEncodeError):
+            # The engine refused some run: it holds a lone surrogate. format_prompt refuses those
+            # in caller fields, so only a hand-made Prompt gets here; the batch is laid out again
+            # with every run checked, to refuse that prompt by name and encode the others. (A
+            # check of every run up front cost 5% of a batch for what format_prompt has done.)
+            return self._encode_prompts(prompts, errors, check_text=True)
+
+    def _encode_prompts(
+        self, prompts: list[Any], errors: str, *, check_text: bool
+    ) -> list[Encoding | PromptError]:
+        batch = _Batch()
         refused: dict[int, PromptError] = {}
-        layouts: list[list[Special | _Run]] = []
         for position, prompt in enumerate(prompts):
+            mark = batch.mark()
             try:
-                layouts.append(self._layout(prompt))
+                self._lay_out(prompt, batch, check_text)
             except PromptError as error:
                 if errors == "raise":
                     raise
                 refused[position] = error
-                layouts.append([])
-        # `known` holds every run's IDs for this call, so another thread evicting a cache entry
-        # meanwhile cannot take one away; the lock guards only the cache and the work counter.
-        known: dict[str, np.ndarray] = {}
-        todo: dict[str, None] = {}
+                batch.rollback(mark)
+            batch.ends.append(len(batch.source))
+        runs = self._run_ids(batch)
+        encodings: list[Encoding | PromptError] = list(self._assemble(batch, runs))
+        for position, error in refused.items():
+            encodings[position] = error
+        return encodings
+
+    def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
+        """Each slot's IDs: from the run cache, or encoded now (all new text of the batch in one
+        call of the engine's parallel batch API)."""
+        texts = list(batch.slots)
+        runs: list[np.ndarray | None] = [None] * len(texts)
+        todo: list[int] = []
+        # The lock guards only the cache and the work counter: `runs` keeps this call's IDs, so
+        # another thread evicting an entry meanwhile cannot take one away.
         with self._lock:
-            for layout in layouts:
-                for item in layout:
-                    if (
-                        not isinstance(item, _Run)
-                        or item.literal
-                        or item.crosses  # encoded with offsets by _split_by_offsets
-                        or item.text in known
-                    ):
-                        continue
-                    cached = self._cache.get(item.text)
-                    if cached is None:
-                        todo[item.text] = None
-                    else:
-                        known[item.text] = cached
-                        self._cache.move_to_end(item.text)
-            self._work += sum(map(len, todo))
+            for slot, text in enumerate(texts):
+                cached = self._cache.get(text)
+                if cached is None:
+                    todo.append(slot)
+                else:
+                    runs[slot] = cached
+                    self._cache.move_to_end(text)
+            self._work += sum(len(texts[slot]) for slot in todo)
             if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
                 self._bring_up_fastokens()
-        fresh = dict(zip(todo, self._encode_texts(list(todo)), strict=True))
-        known.update(fresh)
-        encodings: list[Encoding | MarkerInTextError] = [
-            refused[position] if position in refused else self._assemble(layout, known)
-            for position, layout in enumerate(layouts)
-        ]
-        with self._lock:
-            for text, ids in fresh.items():
-                self._remember(text, ids)
-        return encodings
+        literal = [slot for slot in todo if batch.literal[slot]]
+        matched = [slot for slot in todo if not batch.literal[slot]] if literal else todo
+        for slot, ids in zip(matched, self._encode_texts([texts[s] for s in matched]), strict=True):
+            runs[slot] = ids
+        for slot in literal:
+            runs[slot] = self._encode_ordinary(texts[slot])
+        if self._cache_limit:
+            with self._lock:
+                for slot in todo:
+                    # A copy: the engine's result is a view of the whole batch's buffer, which
+                    # the cache would otherwise keep alive while counting only this run's bytes.
+                    self._remember(texts[slot], np.array(runs[slot]))
+        return runs  # type: ignore[return-value]
 
     def cache_info(self) -> dict[str, int]:
         """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
@@ -572,42 +633,56 @@ class Encoder:
 
     def _spelled_marker(self, text: str) -> str | None:
         """The first added-token string ``text`` spells, if any (as tokenizers would match it)."""
+        if self._marker_initial is not None and self._marker_initial not in text:
+            return None  # no marker can start anywhere in it: one C scan, no regex
         found = self._added_pattern.search(text)
         if found is None and self._normalized_match:
             found = self._added_pattern.search(unicodedata.normalize("NFC", text))
         return found.group() if found else None
 
-    def _layout(self, prompt: Prompt) -> list[Special | _Run]:
-        """The prompt as markers and text runs, after applying ``markers_in_text``."""
+    def _lay_out(self, prompt: Prompt, batch: _Batch, check_text: bool) -> None:
+        """Add ``prompt``'s markers and text runs to ``batch``, applying ``markers_in_text``."""
         if not isinstance(prompt, Prompt):
             raise PromptError(
                 f"expected a Prompt (from format_prompt), got {type(prompt).__name__}; "
                 "encode_messages takes message dicts",
                 field="prompt",
             )
-        layout: list[Special | _Run] = []
-        items: list[Text] = []
-        for segment in (*prompt.segments, None):
-            if isinstance(segment, Text):
-                items.append(segment)
+        # Grouped by type in C: a prompt has tens of segments, a batch tens of thousands.
+        for kind, group in groupby(prompt.segments, type):
+            if kind is Text:
+                self._add_run(list(group), batch, check_text)
                 continue
-            if items:
-                layout.append(self._run(items))
-                items = []
-            if isinstance(segment, Special):
-                layout.append(segment)
-        return layout
+            for segment in group:
+                if not isinstance(segment, Special):
+                    raise PromptError(
+                        f"expected Text or Special segments, got {type(segment).__name__}",
+                        field="prompt.segments",
+                    )
+                token = self._added_ids.get(segment.marker)
+                if token is None:
+                    raise PromptError(
+                        f"{shown(segment.marker)} is not a token of this vocabulary",
+                        message_index=segment.turn if segment.turn >= 0 else None,
+                        field="marker",
+                    )
+                batch.source.append(-1 - token)
+                batch.turn.append(segment.turn)
+                batch.trained.append(segment.trained)
 
-    def _run(self, segments: list[Text]) -> _Run:
-        parts = []
-        start = 0
-        for segment in segments:
-            parts.append((start, segment.turn, segment.trained))
-            start += len(segment.text)
-        text = "".join(segment.text for segment in segments)
-        if not text.isascii():
-            # format_prompt refuses these in caller fields; a hand-made segment can still hold
-            # one, and the engine would fail the whole batch on it (TypeError).
+    def _add_run(self, segments: list[Text], batch: _Batch, check_text: bool) -> None:
+        """Consecutive ``Text`` segments, encoded as one piece (see the module docstring). This
+        runs once per text run of every prompt: the common case (one owner, ASCII or clean
+        text, no marker spelled) stays a few C-level calls."""
+        first = segments[0]
+        turn, trained = first.turn, first.trained
+        if len(segments) == 1:
+            text = first.text
+            crossing = False
+        else:
+            text = "".join([s.text for s in segments])
+            crossing = any(s.turn != turn or s.trained != trained for s in segments)
+        if check_text and not text.isascii():
             for segment in segments:
                 if problem := surrogate_problem(segment.text):
                     raise PromptError(
@@ -615,15 +690,34 @@ class Encoder:
                         message_index=segment.turn if segment.turn >= 0 else None,
                         field=segment.field or "text",
                     )
-        literal = False
-        # The whole run is checked, not each segment: a tool name "<think" followed by the
-        # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
-        if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
-            if self.markers_in_text == "reject":
-                raise self._rejection(segments, marker)
-            literal = True
-        crosses = len({part[1:] for part in parts}) > 1
-        return _Run(text, tuple(parts), literal, crosses)
+        slot = batch.slots.get(text)
+        if slot is None:
+            literal = False
+            # The whole run is checked, not each segment: a tool name "<think" followed by the
+            # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
+            if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
+                if self.markers_in_text == "reject":
+                    raise self._rejection(segments, marker)
+                literal = True
+            slot = batch.slots[text] = len(batch.literal)
+            batch.literal.append(literal)
+        if not crossing:
+            batch.source.append(slot)
+            batch.turn.append(turn)
+            batch.trained.append(trained)
+            return
+        # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header (not
+        # trained) joined to the content after it (trained) when no reasoning span separates them.
+        starts: list[int] = []
+        at = 0
+        for segment in segments:
+            if not starts or (segment.turn, segment.trained) != (batch.turn[-1], batch.trained[-1]):
+                starts.append(at)
+                batch.source.append(slot)
+                batch.turn.append(segment.turn)
+                batch.trained.append(segment.trained)
+            at += len(segment.text)
+        batch.crossing.append((len(batch.source) - len(starts), slot, tuple(starts)))
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
@@ -634,89 +728,99 @@ class Encoder:
         turn = blamed.turn if blamed.turn >= 0 else None
         return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
 
-    def _assemble(self, layout: list[Special | _Run], known: Mapping[str, np.ndarray]) -> Encoding:
-        pieces: list[np.ndarray] = []
-        turns: list[int] = []
-        trained: list[bool] = []
-        lengths: list[int] = []
-        for item in layout:
-            if isinstance(item, Special):
-                pieces.append(self._marker_arrays[item.marker])
-                turns.append(item.turn)
-                trained.append(item.trained)
-                lengths.append(1)
-                continue
-            if item.crosses:
-                self._split_by_offsets(item, pieces, turns, trained, lengths)
-                continue
-            ids = self._encode_ordinary(item.text) if item.literal else known[item.text]
-            pieces.append(ids)
-            turns.append(item.parts[0][1])
-            trained.append(item.parts[0][2])
-            lengths.append(len(ids))
-        counts = np.asarray(lengths, dtype=np.intp)
-        return Encoding(
-            input_ids=np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32),
-            assistant_mask=np.repeat(np.asarray(trained, dtype=bool), counts),
-            turn_index=np.repeat(np.asarray(turns, dtype=np.int32), counts),
-        )
+    def _assemble(self, batch: _Batch, runs: list[np.ndarray]) -> list[Encoding]:
+        """Every prompt's arrays, built for the whole batch at once (one join of every item's
+        IDs, one repeat per per-token array) and handed out as slices."""
+        marker_ids = self._marker_ids
+        pieces = [runs[s] if s >= 0 else marker_ids[s] for s in batch.source]
+        if batch.crossing:
+            texts = list(batch.slots)
+            for item, slot, part_starts in batch.crossing:
+                ids = runs[slot]
+                counts = self._part_lengths(
+                    ids, texts[slot], part_starts, literal=batch.literal[slot]
+                )
+                at = 0
+                for part, count in enumerate(counts):
+                    pieces[item + part] = ids[at : at + count]
+                    at += count
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        input_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+        assistant_mask = np.repeat(np.asarray(batch.trained, dtype=bool), lengths)
+        turn_index = np.repeat(np.asarray(batch.turn, dtype=np.int32), lengths)
+        ends = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ends[1:])
+        bounds = ends[np.asarray([0, *batch.ends])].tolist()
+        return [
+            Encoding(input_ids[a:b], assistant_mask[a:b], turn_index[a:b])
+            for a, b in pairwise(bounds)
+        ]
 
     def _encode_texts(self, texts: list[str]) -> list[np.ndarray]:
         """The engine's batch encoding, long texts cut into pieces (``_pieces``) and joined."""
         if not self._cuttable or max(map(len, texts), default=0) <= 2 * _PIECE_CHARS:
-            return self._engine.encode_texts(texts)
+            return split_flat(*self._engine.encode_flat(texts))
         cut = [_pieces(text) for text in texts]
-        flat = self._engine.encode_texts([piece for pieces in cut for piece in pieces])
-        out: list[np.ndarray] = []
-        at = 0
-        for pieces in cut:
-            parts = flat[at : at + len(pieces)]
-            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
-            at += len(pieces)
-        return out
+        ids, bounds = self._engine.encode_flat([piece for pieces in cut for piece in pieces])
+        # A text's pieces are consecutive in the flat result: keep the bounds between texts.
+        firsts = np.cumsum([0, *map(len, cut)])
+        return split_flat(ids, bounds[firsts])
 
     def _encode_ordinary(self, text: str) -> np.ndarray:
         if not self._cuttable or len(text) <= 2 * _PIECE_CHARS:
             return self._engine.encode_ordinary(text)
         return np.concatenate([self._engine.encode_ordinary(piece) for piece in _pieces(text)])
 
-    def _split_by_offsets(
-        self,
-        run: _Run,
-        pieces: list[np.ndarray],
-        turns: list[int],
-        trained: list[bool],
-        lengths: list[int],
-    ) -> None:
-        """A run that crosses from one turn or role to another (the ``assistant\\n`` header and
-        the content after it, when no reasoning span separates them): attribute each token by
-        the character it starts at, using the reference tokenizer's offsets (fastokens has none;
-        the engines are proven to agree, and such runs are rare). The template's joins fall on
-        pre-token boundaries there (a '\\n' then trimmed content), so no token straddles two
-        parts."""
-        starts = [p[0] for p in run.parts]
+    def _part_lengths(
+        self, ids: np.ndarray, text: str, part_starts: tuple[int, ...], *, literal: bool
+    ) -> list[int]:
+        """How many of a crossing run's tokens belong to each part: each token goes to the part
+        its first character is in. The template's joins fall on pre-token boundaries there (a
+        '\n' then trimmed content), so no token straddles two parts.
+
+        Byte-level BPE tokens spell the UTF-8 bytes of the normalised text in order, so where the
+        normaliser leaves the text as it is, each token's start is the sum of the byte lengths
+        of the tokens before it: no offsets needed, so the run is encoded with the others by
+        whichever engine runs (fastokens has no offsets). Otherwise (NFC changes the text), the
+        reference tokenizer's character offsets decide."""
+        token_bytes = self._token_bytes
+        if token_bytes is not None and (
+            self._tokenizer.normalizer is None or unicodedata.is_normalized("NFC", text)
+        ):
+            sizes = token_bytes[ids]
+            edges = [*part_starts, len(text)]
+            part_bytes = np.cumsum([0, *(len(text[a:b].encode()) for a, b in pairwise(edges))])
+            if int(sizes.sum()) == int(part_bytes[-1]):
+                begins = np.cumsum(sizes) - sizes
+                owner = np.searchsorted(part_bytes[:-1], begins, side="right") - 1
+                return np.bincount(owner, minlength=len(part_starts)).tolist()
+        counts = [0] * len(part_starts)
         base = 0
-        for text in _pieces(run.text) if self._cuttable else [run.text]:
-            if run.literal:
-                encoding = self._reference.ordinary_encoding(text)
+        for piece in _pieces(text) if self._cuttable else [text]:
+            if literal:
+                encoding = self._reference.ordinary_encoding(piece)
             else:
-                encoding = self._tokenizer.encode(text, add_special_tokens=False)
-            # One entry per part rather than per token: the parts are few, the tokens many.
-            run_ids = np.asarray(encoding.ids, dtype=np.int32)
-            begins = np.asarray([begin for begin, _ in encoding.offsets], dtype=np.int64) + base
-            owner = np.searchsorted(np.asarray(starts), begins, side="right") - 1
-            bounds = np.flatnonzero(np.diff(owner)) + 1
-            for first, last in zip(
-                [0, *bounds.tolist()], [*bounds.tolist(), len(run_ids)], strict=True
-            ):
-                if first == last:
-                    continue
-                part = run.parts[int(owner[first])]
-                pieces.append(run_ids[first:last])
-                turns.append(part[1])
-                trained.append(part[2])
-                lengths.append(last - first)
-            base += len(text)
+                encoding = self._tokenizer.encode(piece, add_special_tokens=False)
+            begins = np.asarray([b for b, _ in encoding.offsets], dtype=np.int64) + base
+            owner = np.searchsorted(np.asarray(part_starts), begins, side="right") - 1
+            for part, count in enumerate(np.bincount(owner, minlength=len(part_starts))):
+                counts[part] += int(count)
+            base += len(piece)
+        return counts
+
+    @cached_property
+    def _token_bytes(self) -> np.ndarray | None:
+        """Each ID's length in bytes, or None when the vocabulary is not byte-level (a token
+        outside the byte alphabet). Built on first use: only runs that cross parts need it."""
+        sizes = np.zeros(self._tokenizer.get_vocab_size(with_added_tokens=True), dtype=np.int64)
+        for token, token_id in self._tokenizer.get_vocab(with_added_tokens=True).items():
+            if token in self._added_ids:
+                sizes[token_id] = len(token.encode())
+            elif not _BYTE_ALPHABET.issuperset(token):
+                return None
+            else:
+                sizes[token_id] = len(token)
+        return sizes
 
 
 def _unpickle_encoder(

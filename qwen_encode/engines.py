@@ -17,20 +17,30 @@ import os
 import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 from tokenizers import PreTokenizedString, Tokenizer
 
-__all__ = ["Engine", "FastokensEngine", "TokenizersEngine", "load_fastokens", "probe_texts"]
+__all__ = [
+    "Engine",
+    "FastokensEngine",
+    "TokenizersEngine",
+    "load_fastokens",
+    "probe_texts",
+    "split_flat",
+]
 
 
 class Engine(Protocol):
     name: str
 
-    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """IDs of each text, with added tokens matched as the tokenizer does."""
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """IDs of every text, with added tokens matched as the tokenizer does, as one int32
+        array and ``len(texts) + 1`` int64 bounds (text ``i`` is ``ids[bounds[i]:bounds[i+1]]``):
+        a batch of many short runs costs no Python object per token or per run."""
         ...
 
     def encode_ordinary(self, text: str) -> np.ndarray:
@@ -49,7 +59,7 @@ class TokenizersEngine:
     # ID arrays group by group: peak memory stays bounded, each group still runs in parallel.
     group_chars = 1 << 20
 
-    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         out: list[np.ndarray] = []
         group: list[str] = []
         size = 0
@@ -62,7 +72,7 @@ class TokenizersEngine:
             if text is not None:
                 group.append(text)
                 size += len(text)
-        return out
+        return _joined(out)
 
     def encode_ordinary(self, text: str) -> np.ndarray:
         return np.asarray(self.ordinary_encoding(text).ids, dtype=np.int32)
@@ -89,17 +99,30 @@ class FastokensEngine:
     def __init__(self, tokenizer: object):
         self.tokenizer = tokenizer
 
-    def encode_texts(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
-            return []
-        # One flat buffer: no per-token Python objects.
+            return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
         flat, offsets = self.tokenizer.encode_batch_flat(list(texts))  # type: ignore[attr-defined]
-        ids = np.frombuffer(flat, dtype=np.uint32).astype(np.int32)
-        bounds = np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
-        return np.split(ids, bounds[1:-1])
+        # IDs are below 2**31 (vocabularies of a few 100k), so the uint32 buffer reads as int32
+        # without a copy.
+        ids = np.frombuffer(flat, dtype=np.int32)
+        return ids, np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
 
     def encode_ordinary(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode_ordinary(text).ids, dtype=np.int32)  # type: ignore[attr-defined]
+
+
+def _joined(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    bounds = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=bounds[1:])
+    ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+    return ids.astype(np.int32, copy=False), bounds
+
+
+def split_flat(ids: np.ndarray, bounds: np.ndarray) -> list[np.ndarray]:
+    """``encode_flat``'s result as one array (a view) per text."""
+    edges = bounds.tolist()
+    return [ids[a:b] for a, b in pairwise(edges)]
 
 
 def probe_texts(added_tokens: Sequence[str]) -> list[str]:
@@ -181,7 +204,10 @@ def load_fastokens(
 def first_mismatch(engine: Engine, reference: Engine, texts: Sequence[str]) -> str | None:
     """A description of the first text the two engines encode differently, or None."""
     for text, ours, theirs in zip(
-        texts, engine.encode_texts(texts), reference.encode_texts(texts), strict=True
+        texts,
+        split_flat(*engine.encode_flat(texts)),
+        split_flat(*reference.encode_flat(texts)),
+        strict=True,
     ):
         if not np.array_equal(ours, theirs):
             return f"added-token matching, text {text[:40]!r}"

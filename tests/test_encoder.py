@@ -266,13 +266,13 @@ def test_repeated_text_is_encoded_once(encoder: qe.Encoder, monkeypatch) -> None
     system = {"role": "system", "content": "A long shared system prompt. " * 50}
     encoder.clear_cache()
     sent: list[str] = []
-    original = encoder._engine.encode_texts
+    original = encoder._engine.encode_flat
 
     def spy(texts):
         sent.extend(texts)
         return original(texts)
 
-    monkeypatch.setattr(encoder._engine, "encode_texts", spy)
+    monkeypatch.setattr(encoder._engine, "encode_flat", spy)
     first = encoder.encode_messages([system, {"role": "user", "content": "one"}], tools=tools)
     sent_first = list(sent)
     sent.clear()

@@ -121,13 +121,13 @@ def test_two_threads_missing_the_same_text_count_it_once(tiny: qe.Encoder) -> No
     # stores: a barrier in the engine makes that interleaving certain.
     encoder = qe.Encoder(tiny.vocabulary, engine="tokenizers", cache_bytes=1 << 20)
     barrier = threading.Barrier(2, timeout=30)
-    original = encoder._engine.encode_texts
+    original = encoder._engine.encode_flat
 
     def both_inside(texts):
         barrier.wait()
         return original(texts)
 
-    encoder._engine.encode_texts = both_inside  # type: ignore[method-assign]
+    encoder._engine.encode_flat = both_inside  # type: ignore[method-assign]
     prompt = _prompt("the same text from two threads")
     results: list[qe.Encoding] = []
     threads = [
@@ -142,7 +142,7 @@ def test_two_threads_missing_the_same_text_count_it_once(tiny: qe.Encoder) -> No
     assert info["bytes"] == _cache_sum(encoder) > 0
     assert info["entries"] == len(encoder._cache)
     # And the cache still works afterwards: the entry evicts and refills with honest counts.
-    encoder._engine.encode_texts = original  # type: ignore[method-assign]
+    encoder._engine.encode_flat = original  # type: ignore[method-assign]
     for i in range(3000):
         encoder.encode(_prompt(f"filler {i} " * 20))
     assert encoder.cache_info()["bytes"] == _cache_sum(encoder) <= 1 << 20

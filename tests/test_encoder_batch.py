@@ -1,0 +1,140 @@
+"""The batched encoder path (issue 13): one engine call and whole-batch numpy assembly must give,
+bit for bit, what one prompt at a time and a chat session give, on both engines; runs that cross
+from one turn or role to another are split by token byte lengths exactly as by the reference
+tokenizer's offsets."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import qwen_encode as qe
+from qwen_encode.protocol import Prompt, Special, Text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench_corpus(count: int) -> list[dict[str, Any]]:
+    """scripts/bench.py's generated corpus: the conversations the speed figures are taken on."""
+    spec = importlib.util.spec_from_file_location("qwen_encode_bench", ROOT / "scripts/bench.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("qwen_encode_bench", bench)
+    spec.loader.exec_module(bench)
+    return bench.make_corpus(count, seed=13)
+
+
+CORPUS = _bench_corpus(60)
+OPTIONS = [{}, {"preserve_thinking": False}, {"enable_thinking": False}]
+
+
+@pytest.fixture(scope="module", params=["tokenizers", "fastokens"])
+def encoder(request, qwen38_dir: Path) -> qe.Encoder:
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine=request.param)
+    if encoder.engine != request.param:
+        pytest.skip(f"{request.param} is not available here")
+    return encoder
+
+
+def _same(a: qe.Encoding, b: qe.Encoding) -> None:
+    assert np.array_equal(a.input_ids, b.input_ids)
+    assert np.array_equal(a.assistant_mask, b.assistant_mask)
+    assert np.array_equal(a.turn_index, b.turn_index)
+    assert a.input_ids.dtype == b.input_ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["default", "no-preserve", "no-thinking"])
+def test_batched_per_conversation_and_chat_session_agree(
+    encoder: qe.Encoder, options: dict[str, Any]
+) -> None:
+    prompts = [
+        qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False, **options)
+        for c in CORPUS
+    ]
+    encoder.clear_cache()
+    batched = encoder.encode_batch(prompts)
+    encoder.clear_cache()
+    for conversation, prompt, together in zip(CORPUS, prompts, batched, strict=True):
+        alone = encoder.encode(prompt)
+        _same(together, alone)
+        session = encoder.chat(conversation["tools"], add_generation_prompt=False, **options)
+        session.extend(conversation["messages"])
+        _same(session.encoding(), alone)
+    # And again with every run in the cache: the cached path gives the same arrays.
+    for prompt, together in zip(prompts, encoder.encode_batch(prompts), strict=True):
+        _same(together, encoder.encode(prompt))
+
+
+@pytest.mark.parametrize("mode", ["literal", "atomic"])
+def test_crossing_runs_split_by_byte_lengths_as_by_offsets(qwen38_dir: Path, mode: str) -> None:
+    # Without preserve_thinking every earlier assistant turn renders its "assistant\n" header
+    # (not trained) and content (trained) as one run; NFD text, CJK, emoji and a spelled marker
+    # cover the normaliser and literal paths.
+    contents = ["plain", "e\u0301t\u00e9 caf\u00e9", "東京 👍🏽", "x <think> y", "\n\nlead", ""]
+    conversations = [
+        [
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": text, "reasoning_content": "r"},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": text[::-1], "reasoning_content": "r"},
+        ]
+        for text in contents
+    ]
+    prompts = [
+        qe.format_prompt(c, preserve_thinking=False, add_generation_prompt=False)
+        for c in conversations
+    ]
+    by_bytes = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+    by_offsets = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+    by_offsets.__dict__["_token_bytes"] = None  # no byte lengths: the offsets path decides
+    assert by_bytes._token_bytes is not None
+    for a, b in zip(by_bytes.encode_batch(prompts), by_offsets.encode_batch(prompts), strict=True):
+        _same(a, b)
+        # In each assistant turn, what is not trained is exactly the header and the "\n" after
+        # <|im_end|>.
+        for turn in (1, 3):
+            own = a.turn_index == turn
+            header = a.input_ids[own & ~a.assistant_mask].tolist()
+            assert by_bytes.decode(header) == "<|im_start|>assistant\n\n"
+            body = by_bytes.decode(a.input_ids[own & a.assistant_mask].tolist())
+            assert body.endswith("<|im_end|>")
+
+
+def test_byte_lengths_cover_every_token(qwen38_dir: Path) -> None:
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    sizes = encoder._token_bytes
+    assert sizes is not None
+    text = "Grüße, 東京! 👍🏽 <|im_end|> \t\n x"
+    ids = encoder.vocabulary.tokenizer.encode(text, add_special_tokens=False).ids
+    assert int(sizes[ids].sum()) == len(text.encode())
+
+
+def test_an_unknown_segment_or_marker_is_refused_by_name(qwen38_dir: Path) -> None:
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    good = Prompt((Special("<|im_start|>"), Text("user\nhi")))
+    odd = Prompt((Text("a"), "not a segment"))  # type: ignore[arg-type]
+    unknown = Prompt((Special("<|no_such_marker|>", turn=2),))
+    out = encoder.encode_batch([good, odd, unknown, good], errors="return")
+    assert isinstance(out[1], qe.PromptError) and "str" in str(out[1])
+    assert isinstance(out[2], qe.PromptError) and "<|no_such_marker|>" in str(out[2])
+    assert out[2].message_index == 2
+    _same(out[0], out[3])  # type: ignore[arg-type]
+
+
+def test_a_surrogate_in_one_prompt_refuses_it_alone(qwen38_dir: Path) -> None:
+    # No run is checked up front: the engine's refusal sends the batch round again, checked.
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    good = Prompt((Special("<|im_start|>"), Text("user\nhé")))
+    bad = Prompt((Special("<|im_start|>", turn=0), Text("a\ud800b", turn=0, field="content")))
+    out = encoder.encode_batch([good, bad, good], errors="return")
+    assert isinstance(out[1], qe.PromptError)
+    assert out[1].field == "content" and out[1].message_index == 0
+    _same(out[0], out[2])  # type: ignore[arg-type]
+    _same(out[0], encoder.encode(good))
+    with pytest.raises(qe.PromptError):
+        encoder.encode_batch([good, bad])
