@@ -2,12 +2,17 @@
 
     python scripts/bench.py [--model ../shared/checkpoints/qwen3.8-27b] [--conversations 1000]
                             [--runs 5] [--skip-cold] [--chat-turns 2000] [--only-long-chat]
+                            [--only-throughput] [--skip-threads]
 
 Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against transformers'
 ``apply_chat_template(tokenize=True)``, plus the commit measured. Sections:
 1. transformers apply_chat_template(tokenize=True), per conversation
 2. tokenizers encode_batch on the pre-rendered strings
-3. qwen-encode per conversation and batched, per engine (run cache cleared before every run)
+3. the engine limit (fastokens encode_batch_flat on the pre-rendered strings, one call), rendering
+   alone, and qwen-encode per conversation, batched (rendering included) and encode_batch on
+   prompts rendered beforehand, per engine and, for fastokens, in literal and atomic mode (run
+   cache cleared before every run); each row's share of the engine limit. Then encode_batch on 1
+   and on 2 threads (fresh processes).
 4. incremental chat: one conversation grown to 64 turns, input_ids after every turn; then one
    grown to ``--chat-turns`` turns (qwen-encode only: transformers is quadratic there), with the
    cost of one new user turn early and late, and their ratio
@@ -26,6 +31,7 @@ is flattered by repetition.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -269,7 +275,147 @@ def _subprocess_median(code: str, runs: int) -> tuple[float, float]:
 
 def _row(name: str, seconds: float, tokens: int, baseline: float | None) -> str:
     ratio = f"{baseline / seconds:6.2f}x" if baseline else "      "
-    return f"  {name:<44} {seconds * 1000:9.1f} ms {tokens / seconds / 1e6:8.2f} M tok/s {ratio}"
+    return f"  {name:<62} {seconds * 1000:9.1f} ms {tokens / seconds / 1e6:8.2f} M tok/s {ratio}"
+
+
+ENGINE_LIMIT = "3. engine limit: fastokens encode_batch_flat (pre-rendered)"
+
+
+def _throughput_tasks(
+    model: str,
+    corpus: list[dict[str, Any]],
+    rendered: list[str],
+    tokens: int,
+    encoders: dict[str, qe.Encoder],
+) -> dict[str, Callable[[], int]]:
+    """Sections 1-3. The engine limit is the fastest exact engine on the same text, rendered
+    beforehand, in one call: what qwen-encode would cost if rendering, markers, masks and the
+    per-run bookkeeping were free. Every row, the limit included, runs on an engine that has
+    seen the corpus before (fastokens keeps a word cache: new text costs it ~1.4x more), so
+    the shares compare like with like."""
+    tasks: dict[str, Callable[[], int]] = {}
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        hf = AutoTokenizer.from_pretrained(model)
+
+        def transformers_task() -> int:
+            return sum(
+                len(
+                    hf.apply_chat_template(
+                        c["messages"],
+                        tools=c["tools"],
+                        tokenize=True,
+                        return_dict=False,
+                        add_generation_prompt=False,
+                    )
+                )
+                for c in corpus
+            )
+
+        tasks["1. transformers apply_chat_template"] = transformers_task
+    except ImportError:
+        print("  transformers not installed: ratios are against tokenizers")
+    raw = encoders["tokenizers"].vocabulary.tokenizer
+    tasks["2. tokenizers encode_batch (pre-rendered)"] = lambda: sum(
+        len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False)
+    )
+    if "fastokens" in encoders:
+        flat = encoders["fastokens"]._engine.tokenizer  # type: ignore[attr-defined]
+        tasks[ENGINE_LIMIT] = lambda: len(flat.encode_batch_flat(rendered)[0]) // 4
+
+    def prompts() -> list[qe.Prompt]:
+        return [
+            qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+            for c in corpus
+        ]
+
+    # Rendering makes no tokens: its row counts the tokens the rendered text encodes to.
+    tasks["3. rendering alone (format_prompt)"] = lambda: len(prompts()) and tokens
+    ready = prompts()
+    for name, encoder in encoders.items():
+
+        def per_conversation(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            return sum(
+                len(
+                    encoder.encode_messages(
+                        c["messages"], tools=c["tools"], add_generation_prompt=False
+                    )
+                )
+                for c in corpus
+            )
+
+        def batched(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            return sum(len(e) for e in encoder.encode_batch(prompts()))
+
+        def encode_only(encoder: qe.Encoder = encoder) -> int:
+            encoder.clear_cache()
+            return sum(len(e) for e in encoder.encode_batch(ready))
+
+        tasks[f"3. qwen-encode per conversation [{name}]"] = per_conversation
+        tasks[f"3. qwen-encode batched [{name}]"] = batched
+        tasks[f"3. qwen-encode encode_batch, rendered before [{name}]"] = encode_only
+    return tasks
+
+
+_THREADS_CODE = """
+import sys, time, statistics
+sys.path.insert(0, {scripts!r})
+import qwen_encode as qe
+from bench import make_corpus
+corpus = make_corpus({count})
+encoder = qe.Encoder.from_pretrained({model!r}, engine="fastokens")
+prompts = [qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+           for c in corpus]
+rendered = [p.text for p in prompts]
+flat = encoder._engine.tokenizer
+times, limits = [], []
+for _ in range({runs}):
+    encoder.clear_cache()
+    start = time.perf_counter()
+    encoder.encode_batch(prompts)
+    times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    flat.encode_batch_flat(rendered)
+    limits.append(time.perf_counter() - start)
+print(statistics.median(times), statistics.median(limits))
+"""
+
+
+def _threads(model: str, count: int, runs: int) -> None:
+    """encode_batch on 1 and 2 threads: fresh processes, since the Rust thread pools read their
+    size once (fastokens: RAYON_NUM_THREADS; tokenizers: RAYON_RS_NUM_CPUS)."""
+    code = _THREADS_CODE.format(scripts=str(ROOT / "scripts"), count=count, model=model, runs=runs)
+    seconds: dict[int, tuple[float, float]] = {}
+    for threads in (1, 2):
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HF_HUB_OFFLINE": "1",
+            "RAYON_NUM_THREADS": str(threads),
+            "RAYON_RS_NUM_CPUS": str(threads),
+        }
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        batch, limit = map(float, out.stdout.split()[-2:])
+        seconds[threads] = (batch, limit)
+    print(
+        f"\nthreads (fastokens, encode_batch on rendered prompts, fresh process each, medians of "
+        f"{runs}, load {os.getloadavg()[0]:.2f}):"
+    )
+    for threads, (batch, limit) in seconds.items():
+        print(
+            f"  {threads} thread(s): encode_batch {batch * 1000:8.1f} ms, engine limit "
+            f"{limit * 1000:8.1f} ms, share {limit / batch:4.2f}"
+        )
+    print(
+        f"  speed-up 1 -> 2 threads: encode_batch {seconds[1][0] / seconds[2][0]:.2f}x, "
+        f"engine limit {seconds[1][1] / seconds[2][1]:.2f}x"
+    )
 
 
 def main() -> None:
@@ -287,6 +433,10 @@ def main() -> None:
         "--data-engine", default="tokenizers", help="engine for section 7 (tokenizers, fastokens)"
     )
     parser.add_argument("--skip-ray", action="store_true", help="section 7 without Ray")
+    parser.add_argument("--skip-threads", action="store_true", help="skip the 1 vs 2 threads run")
+    parser.add_argument(
+        "--only-throughput", action="store_true", help="only sections 1-3 and the threads run"
+    )
     parser.add_argument("--data-batch", type=int, default=32, help="rows per batch in 7")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
@@ -315,9 +465,10 @@ def main() -> None:
         "tokenizers": qe.Encoder.from_pretrained(model, engine="tokenizers"),
     }
     try:
-        encoders["fastokens"] = qe.Encoder.from_pretrained(model, engine="fastokens")
-        if encoders["fastokens"].engine != "fastokens":
-            del encoders["fastokens"]
+        for mode in ("literal", "atomic"):
+            fast = qe.Encoder.from_pretrained(model, engine="fastokens", markers_in_text=mode)
+            if fast.engine == "fastokens":
+                encoders["fastokens" if mode == "literal" else "fastokens, atomic"] = fast
     except Exception as error:  # pragma: no cover - platform without fastokens
         print(f"  fastokens unavailable: {error}")
     reference = encoders["tokenizers"]
@@ -339,64 +490,22 @@ def main() -> None:
         f"({tokens / len(corpus):.0f} per conversation)\n"
     )
 
-    tasks: dict[str, Callable[[], int]] = {}
-    try:
-        from transformers import AutoTokenizer
-        from transformers.utils import logging
-
-        logging.set_verbosity_error()
-        hf = AutoTokenizer.from_pretrained(model)
-
-        def transformers_task() -> int:
-            return sum(
-                len(
-                    hf.apply_chat_template(
-                        c["messages"],
-                        tools=c["tools"],
-                        tokenize=True,
-                        return_dict=False,
-                        add_generation_prompt=False,
-                    )
-                )
-                for c in corpus
-            )
-
-        tasks["1. transformers apply_chat_template"] = transformers_task
-    except ImportError:
-        print("  transformers not installed: ratios are against tokenizers")
-    raw = reference.vocabulary.tokenizer
-    tasks["2. tokenizers encode_batch (pre-rendered)"] = lambda: sum(
-        len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False)
-    )
-    for name, encoder in encoders.items():
-
-        def per_conversation(encoder: qe.Encoder = encoder) -> int:
-            encoder.clear_cache()
-            return sum(
-                len(
-                    encoder.encode_messages(
-                        c["messages"], tools=c["tools"], add_generation_prompt=False
-                    )
-                )
-                for c in corpus
-            )
-
-        def batched(encoder: qe.Encoder = encoder) -> int:
-            encoder.clear_cache()
-            prompts = [
-                qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
-                for c in corpus
-            ]
-            return sum(len(e) for e in encoder.encode_batch(prompts))
-
-        tasks[f"3. qwen-encode per conversation [{name}]"] = per_conversation
-        tasks[f"3. qwen-encode batched [{name}]"] = batched
+    tasks = _throughput_tasks(model, corpus, rendered, tokens, encoders)
     results = _median_runs(tasks, args.runs)
     baseline_name = next(iter(results))
     baseline = results[baseline_name][0]
-    print(f"throughput (median of {args.runs} alternating runs; ratio = speed vs {baseline_name}):")
+    limit = results.get(ENGINE_LIMIT, (None, 0))[0]
+    print(
+        f"throughput (median of {args.runs} alternating runs, load {os.getloadavg()[0]:.2f}; "
+        f"ratio = speed vs {baseline_name}; share = speed vs the engine limit):"
+    )
     for name, (seconds, count) in results.items():
-        print(_row(name, seconds, count, baseline))
+        share = f"  share {limit / seconds:4.2f}" if limit and "qwen-encode" in name else ""
+        print(_row(name, seconds, count, baseline) + share)
+    if "fastokens" in encoders and not args.skip_threads:
+        _threads(model, args.conversations, args.runs)
+    if args.only_throughput:
+        return
 
     # 4. incremental chat
     chat = make_corpus(64, seed=64)
@@ -413,6 +522,9 @@ def main() -> None:
     steps = [grown[: i + 1] for i in range(len(grown)) if grown[i]["role"] == "user"]
     chat_tasks: dict[str, Callable[[], int]] = {}
     if "1. transformers apply_chat_template" in tasks:
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(model)
         chat_tasks["4. transformers, whole history every turn"] = lambda: sum(
             len(
                 hf.apply_chat_template(
@@ -421,8 +533,9 @@ def main() -> None:
             )
             for s in steps
         )
-    turn_times: dict[str, list[float]] = {name: [] for name in encoders}
-    for name, encoder in encoders.items():
+    sessions = {name: e for name, e in encoders.items() if e.markers_in_text == "literal"}
+    turn_times: dict[str, list[float]] = {name: [] for name in sessions}
+    for name, encoder in sessions.items():
 
         def session_task(encoder: qe.Encoder = encoder, name: str = name) -> int:
             encoder.clear_cache()
