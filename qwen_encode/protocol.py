@@ -130,11 +130,15 @@ class _Builder:
 
     def begin(self, turn: int, trained: bool) -> None:
         """What the segments added from now on belong to."""
-        self._flush()
+        if self._pending:
+            self._flush()
         self._turn, self._trained = turn, trained
 
     def special(self, marker: str) -> None:
-        self._flush()
+        # `if self._pending` before each call: a builder gets ~100 of these per conversation, and
+        # the call itself was a tenth of rendering time.
+        if self._pending:
+            self._flush()
         self._segments.append(Special(marker, self._turn, self._trained))
 
     def text(self, text: str, field: str | None = None) -> None:
@@ -145,7 +149,8 @@ class _Builder:
             return
         if problem := surrogate_problem(text):
             raise self.error(problem, field)
-        self._flush()
+        if self._pending:
+            self._flush()
         self._segments.append(Text(text, self._turn, self._trained, field))
 
     def error(self, reason: str, field: str) -> PromptError:
