@@ -138,3 +138,48 @@ def test_a_surrogate_in_one_prompt_refuses_it_alone(qwen38_dir: Path) -> None:
     _same(out[0], encoder.encode(good))
     with pytest.raises(qe.PromptError):
         encoder.encode_batch([good, bad])
+
+
+@pytest.mark.parametrize("mode", ["literal", "reject"])
+def test_the_pipeline_equals_one_engine_call(
+    encoder: qe.Encoder, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks of a few hundred characters: dozens of engine calls on the worker thread, with
+    # refused prompts (a spelled marker in reject mode, a lone surrogate, not a Prompt) between
+    # them; the same texts recur across chunks. One big chunk is the reference.
+    from qwen_encode import encoder as encoder_module
+
+    prompts: list[Any] = [
+        qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+        for c in CORPUS[:20]
+    ]
+    prompts.insert(3, qe.format_prompt([{"role": "user", "content": "a <think> b"}]))
+    prompts.insert(7, Prompt((Special("<|im_start|>", turn=0), Text("x\ud800", turn=0))))
+    prompts.insert(9, "not a prompt")
+    prompts += prompts[:5]
+    chunked = qe.Encoder(encoder.vocabulary, markers_in_text=mode)  # type: ignore[arg-type]
+    chunked._engine = encoder._engine
+    whole = qe.Encoder(encoder.vocabulary, markers_in_text=mode)  # type: ignore[arg-type]
+    whole._engine = encoder._engine
+    reference = whole.encode_batch(prompts, errors="return")
+    monkeypatch.setattr(encoder_module, "_PIPELINE_CHARS", 300)
+    calls: list[int] = []
+    original = encoder._engine.encode_flat
+
+    def counted(texts):
+        calls.append(len(texts))
+        return original(texts)
+
+    monkeypatch.setattr(chunked._engine, "encode_flat", counted)
+    got = chunked.encode_batch(prompts, errors="return")
+    assert len(calls) > 20
+    for a, b in zip(got, reference, strict=True):
+        if isinstance(b, qe.Encoding):
+            assert isinstance(a, qe.Encoding)
+            _same(a, b)
+        else:
+            assert type(a) is type(b) and str(a) == str(b)
+    assert isinstance(got[7], qe.PromptError) and isinstance(got[9], qe.PromptError)
+    assert isinstance(got[3], qe.MarkerInTextError) == (mode == "reject")
+    # The cache holds what the unpipelined call holds.
+    assert chunked.cache_info() == whole.cache_info()
