@@ -183,3 +183,31 @@ def test_the_pipeline_equals_one_engine_call(
     assert isinstance(got[3], qe.MarkerInTextError) == (mode == "reject")
     # The cache holds what the unpipelined call holds.
     assert chunked.cache_info() == whole.cache_info()
+
+
+def test_no_pipeline_thread_when_tokenizers_parallelism_is_off(
+    encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from qwen_encode import encoder as encoder_module
+
+    prompts = [
+        qe.format_prompt(c["messages"], tools=c["tools"], add_generation_prompt=False)
+        for c in CORPUS[:6]
+    ]
+    monkeypatch.setattr(encoder_module, "_PIPELINE_CHARS", 300)
+    threads: set[str] = set()
+    original = encoder._engine.encode_flat
+
+    def seen(texts):
+        threads.add(threading.current_thread().name)
+        return original(texts)
+
+    monkeypatch.setattr(encoder._engine, "encode_flat", seen)
+    for setting, pipelined in (("true", True), ("false", False), ("0", False)):
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
+        threads.clear()
+        encoder.clear_cache()
+        encoder.encode_batch(prompts)
+        assert (threads != {threading.current_thread().name}) == pipelined, setting
