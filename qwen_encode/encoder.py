@@ -84,7 +84,7 @@ _PIECE_CHARS = 1 << 16
 # characters: the engine encodes one chunk (in native code, without the GIL) while Python lays
 # out the next, so the per-segment Python work hides behind BPE instead of adding to it.
 _PIPELINE_CHARS = 1 << 19
-_FALSE = frozenset({"0", "f", "false", "n", "no", "off"})  # as tokenizers reads it
+_FALSE = frozenset({"", "0", "f", "false", "n", "no", "off"})  # as tokenizers reads it
 # Where a run may be cut without changing its IDs: right after a "\n" that is followed by a
 # letter or digit. With the Qwen pre-tokenizer below, no pre-token crosses such a point (the
 # letter run's optional prefix excludes \r\n; every whitespace alternative ends before a
@@ -558,7 +558,8 @@ class Encoder:
         fresh: list[int] = []
         # TOKENIZERS_PARALLELISM=false asks a process not to tokenize on extra threads (datasets
         # sets it in its workers, one per core): the pipeline would only oversubscribe the cores.
-        pipelined = os.environ.get("TOKENIZERS_PARALLELISM", "").lower() not in _FALSE
+        setting = os.environ.get("TOKENIZERS_PARALLELISM")
+        pipelined = setting is None or setting.lower() not in _FALSE
         with ExitStack() as stack:
             worker: ThreadPoolExecutor | None = None
             jobs: list[Future[tuple[list[np.ndarray], list[int]]]] = []

@@ -205,8 +205,11 @@ def test_no_pipeline_thread_when_tokenizers_parallelism_is_off(
         return original(texts)
 
     monkeypatch.setattr(encoder._engine, "encode_flat", seen)
-    for setting, pipelined in (("true", True), ("false", False), ("0", False)):
-        monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
+    for setting, pipelined in ((None, True), ("true", True), ("false", False), ("", False)):
+        if setting is None:
+            monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        else:
+            monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
         threads.clear()
         encoder.clear_cache()
         encoder.encode_batch(prompts)
