@@ -163,6 +163,7 @@ def test_the_pipeline_equals_one_engine_call(
     whole._engine = encoder._engine
     reference = whole.encode_batch(prompts, errors="return")
     monkeypatch.setattr(encoder_module, "_PIPELINE_CHARS", 300)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)  # datasets' tests may set it
     calls: list[int] = []
     original = encoder._engine.encode_flat
 
