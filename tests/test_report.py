@@ -345,32 +345,129 @@ def test_a_removed_merge_makes_its_token_unreachable(tmp_path: Path) -> None:
     assert data["model"]["vocab"][token] not in {t.id for t in original.unreachable}
 
 
+def replace_entry(d: dict[str, Any], text: str) -> int:
+    """Put a base entry spelling ``text`` (in byte-level characters) in place of one that is no
+    part of any merge (dropped with the merge that builds it); its ID."""
+    table = {
+        byte: chr(char) for char, byte in report._BYTE_TABLE.items() if byte != report._NOT_A_BYTE
+    }
+    token = "".join(table[b] for b in text.encode("utf-8"))
+    vocab, merges = d["model"]["vocab"], d["model"]["merges"]
+    pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
+    parts = {part for pair in pairs for part in pair}
+    old = next(k for k in vocab if k not in parts and len(k) > 1)
+    d["model"]["merges"] = [
+        m for m, pair in zip(merges, pairs, strict=True) if "".join(pair) != old
+    ]
+    token_id: int = vocab.pop(old)
+    vocab[token] = token_id
+    return token_id
+
+
 def test_a_token_changed_by_nfc(tmp_path: Path) -> None:
     decomposed = "e\u0301"  # NFC composes it to é: the entry can never come out of the normalizer
 
     replaced: list[int] = []
-
-    def add(d: dict[str, Any]) -> None:
-        table = {
-            byte: chr(char)
-            for char, byte in report._BYTE_TABLE.items()
-            if byte != report._NOT_A_BYTE
-        }
-        token = "".join(table[b] for b in decomposed.encode("utf-8"))
-        vocab, merges = d["model"]["vocab"], d["model"]["merges"]
-        pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
-        parts = {part for pair in pairs for part in pair}
-        # An entry that is no part of any merge: dropped with the merge that builds it.
-        old = next(k for k in vocab if k not in parts and len(k) > 1)
-        d["model"]["merges"] = [
-            m for m, pair in zip(merges, pairs, strict=True) if "".join(pair) != old
-        ]
-        replaced.append(vocab.pop(old))
-        vocab[token] = replaced[0]
-
-    folder = copy_of(TINY, tmp_path / "c", add)
+    folder = copy_of(TINY, tmp_path / "c", lambda d: replaced.append(replace_entry(d, decomposed)))
     dead = report.dead_tokens(Tokenizer.from_file(str(folder / "tokenizer.json")))
     assert [(t.id, t.text) for t in dead.nfc] == [(replaced[0], decomposed)]
+
+
+def one_by_one(tokenizer: Tokenizer) -> set[int]:
+    """The oracle: every ID whose decoded text, encoded alone, is not that one ID."""
+    return {
+        i
+        for i in tokenizer.get_vocab(with_added_tokens=True).values()
+        if tokenizer.encode(
+            tokenizer.decode([i], skip_special_tokens=False), add_special_tokens=False
+        ).ids
+        != [i]
+    }
+
+
+def all_dead(dead: report.DeadTokens) -> set[int]:
+    return {t.id for kind in report.DEAD_KINDS for t in dead.of(kind)}
+
+
+def tiny_with(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Tokenizer:
+    folder = copy_of(TINY, tmp_path / "c", edit)
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def test_dead_tokens_without_a_usable_separator(tmp_path: Path) -> None:
+    # Every added token strips its neighbours' spaces: joined texts would lose them, so each
+    # text is encoded alone; the answer is the same.
+    def strip(d: dict[str, Any]) -> None:
+        for token in d["added_tokens"]:
+            token["rstrip"] = True
+
+    tokenizer = tiny_with(tmp_path, strip)
+    assert report._separator(tokenizer) is None
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_dead_tokens_when_an_added_token_could_span_the_separator(tmp_path: Path) -> None:
+    # "x<|endoftext" ends with the start of "<|endoftext|>": between two joined texts it would
+    # match across the boundary, so <|endoftext|> is no separator (another one is taken).
+    def add(d: dict[str, Any]) -> None:
+        d["added_tokens"].append(
+            {
+                "id": 2081,
+                "content": "x<|endoftext",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+
+    tokenizer = tiny_with(tmp_path, add)
+    chosen = report._separator(tokenizer)
+    assert chosen is not None and chosen[0] != "<|endoftext|>"
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_a_token_holding_the_separator(tmp_path: Path) -> None:
+    # A base entry (after the added tokens: IDs no longer contiguous) whose text holds the
+    # separator: its chunk has one cut too many and is encoded text by text.
+    replaced: list[int] = []
+    tokenizer = tiny_with(tmp_path, lambda d: replaced.append(replace_entry(d, "x<|endoftext|>")))
+    assert report._separator(tokenizer) == ("<|endoftext|>", 2048)
+    dead = report.dead_tokens(tokenizer)
+    assert all_dead(dead) == one_by_one(tokenizer)
+    assert [t.encodes_as for t in dead.pre_tokenizer if t.id == replaced[0]] == [(87, 2048)]
+
+
+def test_base_ids_with_a_gap(tmp_path: Path) -> None:
+    # IDs not 0..n-1: every entry is still checked, by its own ID.
+    def gap(d: dict[str, Any]) -> None:
+        vocab = d["model"]["vocab"]
+        vocab[next(k for k, i in vocab.items() if i == 2047)] = 3000
+
+    tokenizer = tiny_with(tmp_path, gap)
+    assert tokenizer.id_to_token(2047) is None and tokenizer.id_to_token(3000) is not None
+    assert sorted(report._base_vocabulary(tokenizer)) == sorted(
+        (i, t) for t, i in tokenizer.get_vocab(with_added_tokens=False).items()
+    )
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_a_tokenizer_set_to_pad_or_truncate(tmp_path: Path) -> None:
+    # Padding to the longest text of a batch made every entry "dead" once one text encodes to
+    # two IDs (here: a merge removed); truncation would cut the joined texts. The caller's
+    # tokenizer keeps its settings.
+    def remove(d: dict[str, Any]) -> None:
+        pair = first_merge(d)[0]
+        d["model"]["merges"] = [m for m in d["model"]["merges"] if list(m) != pair]
+
+    tokenizer = tiny_with(tmp_path, remove)
+    expected = one_by_one(tokenizer)
+    assert report.dead_tokens(tokenizer).unreachable
+    tokenizer.enable_padding(pad_id=2048, pad_token="<|endoftext|>")
+    tokenizer.enable_truncation(max_length=8)
+    assert all_dead(report.dead_tokens(tokenizer)) == expected
+    assert tokenizer.padding is not None and tokenizer.truncation is not None
 
 
 def test_dead_tokens_in_json_list_them_all(tmp_path: Path) -> None:
