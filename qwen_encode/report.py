@@ -290,6 +290,9 @@ _SEARCH: Final = {
 # Medium effort adds no instruction, and no primer is added: probes of other features then
 # exercise neither the effort instruction nor the primer, so a change to those shows under its
 # own feature only. Contents carry no surrounding whitespace for the same reason (the trim).
+# Only the multi-turn reasoning probes have an assistant turn before a later user query: whether
+# such a turn keeps its reasoning is that feature's question (Qwen3-style templates drop it), so
+# probes of every other feature end their assistant turns after the last query.
 _PLAIN: Final = {"reasoning_effort": "medium"}
 _IMAGE: Final = {"type": "image", "image": "file:///probe.png"}
 _VIDEO: Final = {"type": "video", "video": "file:///probe.mp4"}
@@ -311,7 +314,6 @@ FEATURES: Final = (
 
 def _probes() -> tuple[Probe, ...]:
     hi = (_user("Hi"),)
-    bye = _user("Thanks")
     every_type = {
         "text": "two\nlines",
         "count": 3,
@@ -322,8 +324,13 @@ def _probes() -> tuple[Probe, ...]:
         "options": {"unit": "°C", "deep": {"x": False}},
     }
     probes = [
+        Probe("turns", "user and assistant", (_user("Hi"), _assistant("Hello!")), None, _PLAIN),
         Probe(
-            "turns", "user and assistant", (_user("Hi"), _assistant("Hello!"), bye), None, _PLAIN
+            "turns",
+            "two user messages",
+            (_user("Hi"), _user("Again"), _assistant("Hello!")),
+            None,
+            _PLAIN,
         ),
         Probe(
             "system prompt",
@@ -357,7 +364,7 @@ def _probes() -> tuple[Probe, ...]:
         Probe(
             "tool calls",
             "an empty list of calls",
-            (_user("Hi"), _assistant("Hello!", tool_calls=[]), bye),
+            (_user("Hi"), _assistant("Hello!", tool_calls=[])),
             None,
             _PLAIN,
         ),
@@ -367,7 +374,6 @@ def _probes() -> tuple[Probe, ...]:
             (
                 _user("Weather?"),
                 _assistant("Let me check.", tool_calls=[_call("get_weather", {"city": "Paris"})]),
-                bye,
             ),
             None,
             _PLAIN,
@@ -385,7 +391,6 @@ def _probes() -> tuple[Probe, ...]:
                         _call("search", {}),
                     ],
                 ),
-                bye,
             ),
             None,
             _PLAIN,
@@ -393,18 +398,18 @@ def _probes() -> tuple[Probe, ...]:
         Probe(
             "tool calls",
             "every JSON type",
-            (_user("Go"), _assistant("", tool_calls=[_call("probe", every_type)]), bye),
+            (_user("Go"), _assistant("", tool_calls=[_call("probe", every_type)])),
             None,
             _PLAIN,
         ),
         Probe(
             "tool results",
-            "one result",
+            "one result, then the answer",
             (
                 _user("Weather?"),
                 _assistant("Checking."),
                 {"role": "tool", "content": "sunny"},
-                bye,
+                _assistant("Sunny."),
             ),
             None,
             _PLAIN,
@@ -453,10 +458,11 @@ def _probes() -> tuple[Probe, ...]:
     probes.append(
         Probe("multi-turn reasoning", "preserve_thinking undefined", history, None, _PLAIN)
     )
+    # Pictures are counted across messages: two user messages carry them.
     vision = (
         _user([_IMAGE, {"type": "text", "text": "and"}, _VIDEO, _IMAGE]),
-        _assistant("Seen."),
         _user([{"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "?"}]),
+        _assistant("Seen."),
     )
     for ids in (False, True):
         probes.append(

@@ -159,6 +159,46 @@ def test_every_listed_feature_has_a_mutation() -> None:
     assert {m[0] for m in MUTATIONS} == set(FEATURES) - {"turns"}
 
 
+# Templates that drop the reasoning of assistant turns before the last user query: Qwen3's
+# rule (whatever preserve_thinking says), and the official rule with preserve_thinking off by
+# default. Only the multi-turn reasoning probes may see it.
+_KEEP = (
+    "{%- if preserve_thinking is undefined or preserve_thinking is true or "
+    "loop.index0 > ns.last_query_index %}"
+)
+REASONING_DROPPED = {
+    "qwen3 rule": "{%- if loop.index0 > ns.last_query_index %}",
+    "off by default": "{%- if preserve_thinking is true or loop.index0 > ns.last_query_index %}",
+}
+
+
+@pytest.fixture(scope="module")
+def dropping(official: str) -> dict[str, report.BehaviourReport]:
+    pytest.importorskip("jinja2")
+    assert official.count(_KEEP) == 1
+    return {
+        name: template_behaviour(official.replace(_KEEP, rule))
+        for name, rule in REASONING_DROPPED.items()
+    }
+
+
+@pytest.mark.parametrize("rule", list(REASONING_DROPPED))
+@pytest.mark.parametrize("feature", [f for f in FEATURES if f != "multi-turn reasoning"])
+def test_dropping_earlier_reasoning_leaves_this_feature_identical(
+    feature: str, rule: str, dropping: dict[str, report.BehaviourReport]
+) -> None:
+    result = next(f for f in dropping[rule].features if f.feature == feature)
+    assert result.status == "identical", (result.probe, result.template_line)
+
+
+@pytest.mark.parametrize("rule", list(REASONING_DROPPED))
+def test_dropping_earlier_reasoning_shows_under_multi_turn_reasoning(
+    rule: str, dropping: dict[str, report.BehaviourReport]
+) -> None:
+    result = next(f for f in dropping[rule].features if f.feature == "multi-turn reasoning")
+    assert result.status == "differs"
+
+
 def test_a_template_that_raises_is_reported_as_raising(official: str) -> None:
     pytest.importorskip("jinja2")
     broken = official.replace(
