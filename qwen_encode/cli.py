@@ -1018,7 +1018,12 @@ def _template_rows(behaviour: Any) -> list[str]:
     for result in behaviour.features:
         probe = "" if result.probe is None else result.probe.name
         rows.append((result.feature, result.status, probe))
-        if result.status == "differs":
+        if result.status == "differs" and result.line_number is None:
+            details.append(
+                f"  {result.feature} ({probe}): template {result.template_line}, expected "
+                f"{result.reference_line}"
+            )
+        elif result.status == "differs":
             details.append(
                 f"  {result.feature} ({probe}), line {result.line_number}: template "
                 f"{result.template_line!r}, expected {result.reference_line!r}"

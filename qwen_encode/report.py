@@ -33,6 +33,7 @@ import numpy as np
 import tokenizers
 
 from .checkpoint import resolve_checkpoint
+from .errors import PromptError
 from .markers import ALL_ADDED_TOKENS
 from .protocol import format_prompt
 from .vocabulary import (
@@ -546,9 +547,10 @@ def _templated(template: str) -> Renderer:
 @dataclass(frozen=True)
 class FeatureResult:
     """One feature of the behaviour report. ``status``: "identical" (every probe renders the same
-    on both sides, or both raise), "differs" (the first differing probe, with the first
-    differing line of each side, or a side that raises where the other renders), "raises" (the
-    template raises where the reference renders)."""
+    on both sides, or both raise the same message), "differs" (the first differing probe, with
+    the first differing line of each side, or a side that raises where the other renders, or
+    both raising different messages: then ``line_number`` is None and each line is
+    "(raises: message)"), "raises" (the template raises where the reference renders)."""
 
     feature: str
     status: Literal["identical", "differs", "raises"]
@@ -594,11 +596,27 @@ class BehaviourReport:
         }
 
 
-def _outcome(render: Renderer, probe: Probe) -> tuple[str | None, str | None]:
+def _outcome(render: Renderer, probe: Probe) -> tuple[str | None, Exception | None]:
     try:
         return render(probe), None
     except Exception as error:  # a template is arbitrary code: whatever it raises is reported
-        return None, f"{type(error).__name__}: {error}"
+        return None, error
+
+
+def _shown(error: Exception | None) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _said(error: Exception | None) -> str:
+    """What a raise tells the caller: the bare message for the protocol's own errors (a
+    template's ``raise_exception``, which raises jinja2's plain ``TemplateError``, and the native
+    ``PromptError``, whose reason is the official template's message word for word), so that a
+    reworded message is a difference; the type too for anything else."""
+    if isinstance(error, PromptError):
+        return error.reason
+    if type(error).__name__ == "TemplateError":
+        return str(error)
+    return _shown(error)
 
 
 def _first_difference(left: str, right: str) -> tuple[int, str, str]:
@@ -650,17 +668,31 @@ def template_behaviour(template: str, reference: str | None = None) -> Behaviour
                     result = FeatureResult(feature, "differs", probe, a, b, number)
                     break
             elif mine is None and expected is not None:
-                result = FeatureResult(feature, "raises", probe, error=my_error)
+                result = FeatureResult(feature, "raises", probe, error=_shown(my_error))
                 break
+            elif mine is None and expected is None:
+                if _said(my_error) != _said(their_error):
+                    # Both refuse the input, but the caller is told something else (a reworded
+                    # raise_exception): what users and client code see has changed.
+                    result = FeatureResult(
+                        feature,
+                        "differs",
+                        probe,
+                        template_line=f"(raises: {_said(my_error)})",
+                        reference_line=f"(raises: {_said(their_error)})",
+                        error=f"the template raises {_said(my_error)!r} where {label} raises "
+                        f"{_said(their_error)!r}",
+                    )
+                    break
             elif mine is not None and expected is None:
                 result = FeatureResult(
                     feature,
                     "differs",
                     probe,
                     template_line=mine.split("\n", 1)[0],
-                    reference_line=f"(raises: {their_error})",
+                    reference_line=f"(raises: {_shown(their_error)})",
                     line_number=1,
-                    error=f"the template renders where {label} raises: {their_error}",
+                    error=f"the template renders where {label} raises: {_shown(their_error)}",
                 )
                 break
         results.append(result)

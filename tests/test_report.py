@@ -199,6 +199,27 @@ def test_dropping_earlier_reasoning_shows_under_multi_turn_reasoning(
     assert result.status == "differs"
 
 
+def test_a_reworded_error_message_is_a_difference(official: str) -> None:
+    # Both still refuse a late system message, but the caller reads another message.
+    pytest.importorskip("jinja2")
+    old = "raise_exception('System message must be at the beginning.')"
+    assert official.count(old) == 1
+    behaviour = template_behaviour(
+        official.replace(old, "raise_exception('The system message must come first.')")
+    )
+    changed = {f.feature: f for f in behaviour.features if f.status != "identical"}
+    assert set(changed) == {"error cases"}
+    result = changed["error cases"]
+    assert result.status == "differs" and result.probe is not None
+    assert result.probe.name == "system not first"
+    assert result.template_line == "(raises: The system message must come first.)"
+    assert result.reference_line == "(raises: System message must be at the beginning.)"
+    # Against the official template's own text, as --against compares two templates.
+    reworded = official.replace(old, "raise_exception('Nope.')")
+    assert not template_behaviour(reworded, official).identical
+    assert template_behaviour(official, official).identical
+
+
 def test_a_template_that_raises_is_reported_as_raising(official: str) -> None:
     pytest.importorskip("jinja2")
     broken = official.replace(
