@@ -917,6 +917,8 @@ def _report_table(full: Any) -> str:
     template = full.template_name if report.template != "absent" else "MISSING"
     if report.template_sha256:
         template += f" (sha256 {report.template_sha256[:12]}…)"
+    if full.template_equivalent:
+        template += ": modified, behaviour identical to the official one on all probes"
     rows = [
         ("vocabulary", f"{report.vocab_size:,} tokens (largest ID {report.max_token_id:,})"),
         ("normalizer", report.normalizer),
@@ -998,13 +1000,13 @@ def _report_table(full: Any) -> str:
             out += ["  " + line for line in _template_rows(comparison.template)]
 
     out.append("")
-    if report.warnings:
-        out.append(f"{len(report.warnings)} warning(s):")
-        out.extend(f"  - {warning}" for warning in report.warnings)
+    if full.warnings:
+        out.append(f"{len(full.warnings)} warning(s):")
+        out.extend(f"  - {warning}" for warning in full.warnings)
     if full.ok:
         out.append("OK: this checkpoint carries the Qwen 3.8 protocol.")
     else:
-        problems = list(report.problems)
+        problems = list(full.problems)
         if comparison is not None and not comparison.compatible:
             problems.append(f"not tokenizer-compatible with {comparison.base} (see above)")
         out.append(f"NOT OK: {len(problems)} problem(s):")

@@ -1368,21 +1368,49 @@ def _compare(
 
 @dataclass(frozen=True)
 class CheckpointReport:
+    """``validation`` plus this module's reports. ``template_equivalent``: the template is not
+    byte-identical to the official one but renders exactly what it renders on every probe of the
+    behaviour report and every step of prefix stability (whitespace outside the output, CRLF line
+    ends, which Jinja turns into LF): its hash problem is then lifted to a warning, since what
+    a server or trainer feeds the model is the rendering, not the template's bytes."""
+
     validation: ValidationReport
     template_name: str
     behaviour: BehaviourReport | None
     prefix: tuple[PrefixResult, ...]
     dead: DeadTokens
     comparison: Comparison | None = None
+    template_equivalent: bool = False
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        lifted = self.validation.template_problem if self.template_equivalent else None
+        return tuple(p for p in self.validation.problems if p != lifted)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        if not self.template_equivalent:
+            return self.validation.warnings
+        steps = sum(p.steps for p in self.prefix)
+        return (
+            *self.validation.warnings,
+            f"chat template: modified (sha256 {self.validation.template_sha256}, not the official "
+            f"{QWEN38_TEMPLATE_SHA256}), behaviour identical on all probes: it renders what the "
+            f"official template renders on all {len(PROBES)} behaviour probes and {steps} "
+            "prefix-stability steps",
+        )
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok and (self.comparison is None or self.comparison.compatible)
+        return not self.problems and (self.comparison is None or self.comparison.compatible)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.validation.to_dict(),
             "ok": self.ok,
+            "problems": list(self.problems),
+            "warnings": list(self.warnings),
+            "template_equivalent": self.template_equivalent,
             "template_name": self.template_name,
             "template_behaviour": None if self.behaviour is None else self.behaviour.to_dict(),
             "prefix_stability": [p.to_dict() for p in self.prefix],
@@ -1406,10 +1434,14 @@ def checkpoint_report(
     official = validation.template_sha256 == QWEN38_TEMPLATE_SHA256
     behaviour = None
     prefix: tuple[PrefixResult, ...] = ()
+    equivalent = False
     if template is not None and not official:
         behaviour = template_behaviour(template)
         if behaviour.available:
             prefix = prefix_stability(template)
+            equivalent = behaviour.identical and [p.to_dict() for p in prefix] == [
+                p.to_dict() for p in prefix_stability()
+            ]
     elif official:
         prefix = prefix_stability()
     comparison = None
@@ -1433,4 +1465,5 @@ def checkpoint_report(
         prefix,
         dead_tokens(tokenizer),
         comparison,
+        equivalent,
     )

@@ -154,6 +154,10 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()
     #: config.json ``tie_word_embeddings`` (top level or under text_config); None when absent.
     tie_word_embeddings: bool | None = None
+    #: The entry of ``problems`` saying the template is not the official one (None when it is, or
+    #: when there is none): ``qwen_encode.report`` lifts it for a template that renders
+    #: byte-identically on every probe.
+    template_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -515,6 +519,8 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         special_tokens=tuple(special),
         warnings=tuple(warnings),
         tie_word_embeddings=tied,
+        # _check_template lists the not-the-official-template problem first.
+        template_problem=template_problems[0] if template == "other" else None,
     )
     return tokenizer, report
 

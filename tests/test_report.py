@@ -693,3 +693,48 @@ def test_checkpoint_report_json_carries_everything(tmp_path: Path) -> None:
         "tokenizer_config.json pad_token",
     }
     assert TURN_CLOSE in json.dumps(data["special_tokens"])
+
+
+# --- a template that is not byte-identical but behaves identically ------------------------------
+
+
+def template_copy(tmp_path: Path, edit: Callable[[str], str]) -> Path:
+    folder = tmp_path / "c"
+    shutil.copytree(TINY, folder)
+    path = folder / "chat_template.jinja"
+    path.write_bytes(edit(path.read_bytes().decode("utf-8")).encode("utf-8"))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t.replace("\n", "\r\n"),  # CRLF line ends: Jinja reads them as LF
+        lambda t: t.replace(" %}\n", " %}  \n"),  # blanks the next {%- strips anyway
+        lambda t: t + "\n\n",
+    ],
+    ids=["crlf", "trailing blanks", "final newlines"],
+)
+def test_a_template_identical_in_behaviour_passes_with_a_warning(
+    tmp_path: Path, edit: Callable[[str], str]
+) -> None:
+    pytest.importorskip("jinja2")
+    full = report.checkpoint_report(template_copy(tmp_path, edit))
+    assert full.validation.template_sha256 != report.QWEN38_TEMPLATE_SHA256
+    assert full.behaviour is not None and full.behaviour.identical
+    assert full.template_equivalent and full.ok and not full.problems
+    assert not full.validation.ok  # validate_checkpoint alone still goes by the hash
+    (warning,) = [w for w in full.warnings if w.startswith("chat template: modified")]
+    assert "behaviour identical on all probes" in warning
+    data = full.to_dict()
+    assert data["ok"] is True and data["template_equivalent"] is True
+    assert data["problems"] == [] and warning in data["warnings"]
+
+
+def test_crlf_in_what_the_template_writes_is_a_difference(tmp_path: Path) -> None:
+    # "\r\n" written by the template (not its line ends) changes every rendering.
+    pytest.importorskip("jinja2")
+    folder = template_copy(tmp_path, lambda t: t.replace("'<|im_end|>\\n'", "'<|im_end|>\\r\\n'"))
+    full = report.checkpoint_report(folder)
+    assert not full.template_equivalent and not full.ok
+    assert full.validation.template_problem in full.problems
