@@ -34,7 +34,7 @@ import tokenizers
 
 from .checkpoint import resolve_checkpoint
 from .errors import PromptError
-from .markers import ALL_ADDED_TOKENS
+from .markers import ALL_ADDED_TOKENS, END_OF_TEXT, TURN_CLOSE
 from .protocol import format_prompt
 from .vocabulary import (
     QWEN38_TEMPLATE_SHA256,
@@ -1215,6 +1215,53 @@ def _listing(
     return Difference(kind, f"{header}: {_listed(entries)}{note}", breaking, tuple(entries))
 
 
+def _stop_difference(
+    tokenizer: tokenizers.Tokenizer,
+    stop: tuple[int, ...] | None,
+    base_stop: tuple[int, ...] | None,
+) -> Difference | None:
+    """generation_config.json ``eos_token_id`` against the base's. Generation ends exactly at
+    these IDs (generate() and servers read them; their order means nothing). The official list
+    is [<|im_end|>, <|endoftext|>]: <|im_end|> ends every assistant turn, <|endoftext|> ends a
+    document, which is what the model writes outside the chat format (raw-text completions).
+    Breaking, because the fine-tune then does not stop where its base stops:
+
+    * a stop ID of the base missing, or no list at all: it generates on past a point where the
+      base ends (a dropped <|endoftext|> runs raw completions on past the end of the document);
+    * <|im_end|> missing: chat turns never end;
+    * an added ID that is neither end marker: output is cut where the base goes on.
+
+    Listed but not breaking: the same IDs in another order, an end marker added."""
+    if stop == base_stop:
+        return None
+    ours, theirs = set(stop or ()), set(base_stop or ())
+    ends = {tokenizer.token_to_id(TURN_CLOSE), tokenizer.token_to_id(END_OF_TEXT)}
+
+    def named(ids: set[int]) -> str:
+        # tokenizers takes IDs as u32: a file may hold -1 or 2**64, which are no token.
+        return ", ".join(
+            f"{i} {(0 <= i < 2**32 and tokenizer.id_to_token(i)) or '(no token)'}"
+            for i in sorted(ids)
+        )
+
+    breaks = []
+    if stop is None:
+        breaks.append("no stop tokens")
+    elif tokenizer.token_to_id(TURN_CLOSE) not in ours:
+        breaks.append(f"no {TURN_CLOSE}: chat turns never end")
+    if stop is not None and theirs - ours:
+        breaks.append(f"no longer stops at {named(theirs - ours)}, where the base stops")
+    if ours - theirs - ends:
+        breaks.append(f"stops at {named(ours - theirs - ends)}, where the base goes on")
+    why = breaks or ["the same IDs in another order" if ours == theirs else "an end marker added"]
+    return Difference(
+        "stop tokens",
+        f"generation_config.json eos_token_id {None if stop is None else list(stop)} (base "
+        f"{None if base_stop is None else list(base_stop)}): {'; '.join(why)}",
+        bool(breaks),
+    )
+
+
 def _compare(
     source: str,
     base: str,
@@ -1333,18 +1380,9 @@ def _compare(
                 report.embedding_size is None or report.embedding_size <= report.max_token_id,
             )
         )
-    if report.stop_token_ids != base_report.stop_token_ids:
-        stop_breaks = report.stop_token_ids is None or (
-            tokenizer.token_to_id("<|im_end|>") not in report.stop_token_ids
-        )
-        diffs.append(
-            Difference(
-                "stop tokens",
-                f"generation_config.json eos_token_id {report.stop_token_ids} (base "
-                f"{base_report.stop_token_ids})",
-                stop_breaks,
-            )
-        )
+    stop = _stop_difference(tokenizer, report.stop_token_ids, base_report.stop_token_ids)
+    if stop is not None:
+        diffs.append(stop)
     behaviour = None
     if report.template_sha256 != base_report.template_sha256:
         diffs.append(

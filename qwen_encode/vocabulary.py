@@ -894,7 +894,8 @@ def _describe(node: Any) -> str:
 
 _GENERATION_EOS_RULE: Final = (
     f"must include {TURN_CLOSE}: every assistant turn ends with it, and generate() and servers "
-    f"stop only on these IDs (generation never ends otherwise); {END_OF_TEXT} may be listed too"
+    f"stop only on these IDs (generation never ends otherwise); officially {END_OF_TEXT} too, "
+    "which ends a document written outside the chat format (raw-text completions)"
 )
 _EOS_TOKEN_RULE: Final = (
     f"must be {TURN_CLOSE}: tokenizer.eos_token is what trainers append to each example (TRL) and "
@@ -949,13 +950,26 @@ def _check_special_tokens(
             )
         )
     else:
+        stop_verdict: Literal["ok", "problem", "warning", "absent"] = (
+            "problem" if stop_problems else "ok"
+        )
+        end_of_text = tokenizer.token_to_id(END_OF_TEXT)
+        if stop_verdict == "ok" and end_of_text is not None and end_of_text not in stop:
+            # The chat protocol only needs <|im_end|>, so this is no problem; but the official
+            # list has both, and without it output that ends a document does not stop there.
+            warnings.append(
+                f"generation_config.json eos_token_id: no {END_OF_TEXT!r} ({end_of_text}), which "
+                f"the official list [{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a "
+                "document with it (raw-text completions, no chat template) does not stop there"
+            )
+            stop_verdict = "warning"
         entries.append(
             SpecialTokenEntry(
                 "generation_config.json eos_token_id",
                 list(stop),
                 _tokens_shown(tokenizer, list(stop)),
                 _GENERATION_EOS_RULE,
-                "problem" if stop_problems else "ok",
+                stop_verdict,
             )
         )
 

@@ -628,6 +628,50 @@ def test_stop_tokens_without_im_end(tmp_path: Path) -> None:
     assert not full.ok and not full.validation.ok
 
 
+@pytest.mark.parametrize(
+    ("eos", "breaking", "why"),
+    [
+        # The official list stops on <|endoftext|> too: without it the fine-tune runs on where
+        # its base stops (a raw-text completion past the end of its document).
+        ([2050], True, "no longer stops at 2048 <|endoftext|>, where the base stops"),
+        ([2048, 2050], False, "the same IDs in another order"),
+        ([2050, 2048, 13], True, "stops at 13 ., where the base goes on"),
+    ],
+    ids=["endoftext dropped", "reordered", "a word added"],
+)
+def test_stop_tokens_against_the_base(
+    tmp_path: Path, eos: list[int], breaking: bool, why: str
+) -> None:
+    folder = side_copy(
+        tmp_path / "c", "generation_config.json", lambda g: {**g, "eos_token_id": eos}
+    )
+    comparison = qe.compare_checkpoints(folder, TINY)
+    assert kinds(comparison) == {"stop tokens": breaking}
+    assert comparison.differences[0].message.endswith(why)
+
+
+def test_an_end_marker_added_to_the_stop_tokens_is_not_breaking(tmp_path: Path) -> None:
+    base = side_copy(
+        tmp_path / "b", "generation_config.json", lambda g: {**g, "eos_token_id": 2050}
+    )
+    comparison = qe.compare_checkpoints(TINY, base)
+    assert kinds(comparison) == {"stop tokens": False}
+    assert comparison.differences[0].message.endswith("an end marker added")
+
+
+def test_stop_tokens_without_endoftext_are_a_warning_alone(tmp_path: Path) -> None:
+    # The chat protocol needs <|im_end|> only: the checkpoint passes, with a warning.
+    folder = side_copy(
+        tmp_path / "c", "generation_config.json", lambda g: {**g, "eos_token_id": [2050]}
+    )
+    validation = report.checkpoint_report(folder).validation
+    assert validation.ok
+    (warning,) = validation.warnings
+    assert warning.startswith("generation_config.json eos_token_id: no '<|endoftext|>' (2048)")
+    (entry,) = [e for e in validation.special_tokens if e.field.startswith("generation_config")]
+    assert entry.verdict == "warning"
+
+
 def test_a_vocab_size_too_small(tmp_path: Path) -> None:
     def shrink(config: dict[str, Any]) -> dict[str, Any]:
         config["text_config"]["vocab_size"] = 2070
