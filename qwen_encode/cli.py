@@ -1269,7 +1269,9 @@ encodes to); with --against BASE, every difference from the base.
 
 SRC is a local folder, a tokenizer.json path or a hub repo id (only tokenizer files are fetched).
 Exit 0 when the checkpoint carries the protocol (and, with --against, is tokenizer-compatible
-with BASE), 1 when it does not or cannot be read. Warnings do not change the exit code.
+with BASE), 1 when it does not or cannot be read, 2 for bad arguments. A template that is not
+byte-identical to the official one but renders identically on every probe passes, with a
+warning. Warnings do not change the exit code.
 """
 
 VALIDATE_EXAMPLE = f"""\

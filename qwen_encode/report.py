@@ -21,6 +21,7 @@ Why each part exists:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import unicodedata
@@ -41,6 +42,7 @@ from .vocabulary import (
     ValidationReport,
     chat_template_text,
     inspect_checkpoint,
+    tokenizer_config_template,
 )
 
 __all__ = [
@@ -1417,8 +1419,9 @@ class CheckpointReport:
     """``validation`` plus this module's reports. ``template_equivalent``: the template is not
     byte-identical to the official one but renders exactly what it renders on every probe of the
     behaviour report and every step of prefix stability (whitespace outside the output, CRLF line
-    ends, which Jinja turns into LF): its hash problem is then lifted to a warning, since what
-    a server or trainer feeds the model is the rendering, not the template's bytes."""
+    ends, which Jinja turns into LF). Its hash problem is then lifted to a warning (``lifted``),
+    and so is a tokenizer_config.json template that differs from it but is official or equally
+    equivalent: what a server or trainer feeds the model is the rendering, not the bytes."""
 
     validation: ValidationReport
     template_name: str
@@ -1427,24 +1430,29 @@ class CheckpointReport:
     dead: DeadTokens
     comparison: Comparison | None = None
     template_equivalent: bool = False
+    #: Entries of ``validation.problems`` that are warnings here (see above).
+    lifted: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[str, ...]:
-        lifted = self.validation.template_problem if self.template_equivalent else None
-        return tuple(p for p in self.validation.problems if p != lifted)
+        return tuple(p for p in self.validation.problems if p not in self.lifted)
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        if not self.template_equivalent:
-            return self.validation.warnings
-        steps = sum(p.steps for p in self.prefix)
-        return (
-            *self.validation.warnings,
-            f"chat template: modified (sha256 {self.validation.template_sha256}, not the official "
-            f"{QWEN38_TEMPLATE_SHA256}), behaviour identical on all probes: it renders what the "
-            f"official template renders on all {len(PROBES)} behaviour probes and {steps} "
-            "prefix-stability steps",
-        )
+        notes = []
+        probes = f"all {len(PROBES)} behaviour probes and {sum(p.steps for p in self.prefix)} "
+        if self.validation.template_problem in self.lifted:
+            notes.append(
+                f"chat template: modified (sha256 {self.validation.template_sha256}, not the "
+                f"official {QWEN38_TEMPLATE_SHA256}), behaviour identical on all probes: it "
+                f"renders what the official template renders on {probes}prefix-stability steps"
+            )
+        if self.validation.config_template_problem in self.lifted:
+            notes.append(
+                "tokenizer_config.json chat_template: another text than the template used, but "
+                f"it renders what the official template renders on {probes}prefix-stability steps"
+            )
+        return (*self.validation.warnings, *notes)
 
     @property
     def ok(self) -> bool:
@@ -1481,15 +1489,21 @@ def checkpoint_report(
     behaviour = None
     prefix: tuple[PrefixResult, ...] = ()
     equivalent = False
+    lifted: list[str] = []
     if template is not None and not official:
         behaviour = template_behaviour(template)
         if behaviour.available:
             prefix = prefix_stability(template)
-            equivalent = behaviour.identical and [p.to_dict() for p in prefix] == [
-                p.to_dict() for p in prefix_stability()
-            ]
+            equivalent = _behaves_as_official(behaviour, prefix)
+        if equivalent and validation.template_problem is not None:
+            lifted.append(validation.template_problem)
     elif official:
         prefix = prefix_stability()
+    if (official or equivalent) and validation.config_template_problem is not None:
+        # tokenizer_config.json holds another text: a warning too if it renders the same.
+        in_config = tokenizer_config_template(files)
+        if in_config is not None and _renders_as_official(in_config):
+            lifted.append(validation.config_template_problem)
     comparison = None
     if against is not None:
         base_files = resolve_checkpoint(against)
@@ -1512,4 +1526,19 @@ def checkpoint_report(
         dead_tokens(tokenizer),
         comparison,
         equivalent,
+        tuple(lifted),
     )
+
+
+def _behaves_as_official(behaviour: BehaviourReport, prefix: tuple[PrefixResult, ...]) -> bool:
+    """Every behaviour probe and every prefix-stability step renders as the official template."""
+    return behaviour.identical and [p.to_dict() for p in prefix] == [
+        p.to_dict() for p in prefix_stability()
+    ]
+
+
+def _renders_as_official(template: str) -> bool:
+    if hashlib.sha256(template.encode("utf-8")).hexdigest() == QWEN38_TEMPLATE_SHA256:
+        return True
+    behaviour = template_behaviour(template)
+    return behaviour.available and _behaves_as_official(behaviour, prefix_stability(template))

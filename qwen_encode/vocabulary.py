@@ -155,9 +155,11 @@ class ValidationReport:
     #: config.json ``tie_word_embeddings`` (top level or under text_config); None when absent.
     tie_word_embeddings: bool | None = None
     #: The entry of ``problems`` saying the template is not the official one (None when it is, or
-    #: when there is none): ``qwen_encode.report`` lifts it for a template that renders
-    #: byte-identically on every probe.
+    #: when there is none), and the one saying tokenizer_config.json holds another template than
+    #: chat_template.jinja: ``qwen_encode.report`` lifts them to warnings when the templates
+    #: concerned render what the official one renders on every probe.
     template_problem: str | None = None
+    config_template_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -521,6 +523,9 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         tie_word_embeddings=tied,
         # _check_template lists the not-the-official-template problem first.
         template_problem=template_problems[0] if template == "other" else None,
+        config_template_problem=next(
+            (p for p in template_problems if p.startswith(_CONFIG_TEMPLATE)), None
+        ),
     )
     return tokenizer, report
 
@@ -541,6 +546,13 @@ def chat_template_text(files: CheckpointFiles) -> str | None:
             return _read_bytes(files.chat_template).decode("utf-8")
         except UnicodeDecodeError as error:
             raise CheckpointError(f"{files.chat_template}: not UTF-8 text ({error})") from error
+    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return _template_text(config)
+
+
+def tokenizer_config_template(files: CheckpointFiles) -> str | None:
+    """The ``chat_template`` of tokenizer_config.json (its "default" entry in the list form), or
+    None; what tools that ignore chat_template.jinja render with."""
     config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
     return _template_text(config)
 
@@ -743,10 +755,13 @@ def _check_template(
         # Tools that read only tokenizer_config.json (older transformers, converters) would
         # render another prompt than the one this checkpoint is judged by.
         problems.append(
-            "tokenizer_config.json chat_template: expected the template of "
+            f"{_CONFIG_TEMPLATE}: expected the template of "
             f"chat_template.jinja (sha256 {sha}), found another one (sha256 {config_sha})"
         )
     return kind, sha, problems
+
+
+_CONFIG_TEMPLATE: Final = "tokenizer_config.json chat_template"
 
 
 def _sha256(data: bytes) -> str:

@@ -782,3 +782,40 @@ def test_crlf_in_what_the_template_writes_is_a_difference(tmp_path: Path) -> Non
     full = report.checkpoint_report(folder)
     assert not full.template_equivalent and not full.ok
     assert full.validation.template_problem in full.problems
+
+
+def with_config_template(folder: Path, template: str) -> Path:
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**config, "chat_template": template}), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("crlf_in", ["chat_template.jinja", "tokenizer_config.json"])
+def test_two_template_texts_that_render_the_same(tmp_path: Path, crlf_in: str) -> None:
+    # As the real folder ships it, tokenizer_config.json holds a template too; one of the two is
+    # the official text, the other its CRLF copy: both render the same, so the mismatch between
+    # them is a warning, not a problem.
+    pytest.importorskip("jinja2")
+    official = (TINY / "chat_template.jinja").read_text(encoding="utf-8")
+    crlf = official.replace("\n", "\r\n")
+    jinja, config = (crlf, official) if crlf_in == "chat_template.jinja" else (official, crlf)
+    folder = with_config_template(template_copy(tmp_path, lambda _: jinja), config)
+    full = report.checkpoint_report(folder)
+    assert full.validation.config_template_problem in full.validation.problems
+    assert full.ok and not full.problems, full.problems
+    assert any(
+        w.startswith("tokenizer_config.json chat_template: another text") for w in full.warnings
+    )
+
+
+def test_a_config_template_that_renders_otherwise_stays_a_problem(tmp_path: Path) -> None:
+    pytest.importorskip("jinja2")
+    official = (TINY / "chat_template.jinja").read_text(encoding="utf-8")
+    folder = with_config_template(
+        template_copy(tmp_path, lambda t: t.replace("\n", "\r\n")),
+        official.replace("'Picture '", "'Image '"),
+    )
+    full = report.checkpoint_report(folder)
+    assert full.template_equivalent and not full.ok
+    assert full.problems == (full.validation.config_template_problem,)
