@@ -950,9 +950,9 @@ class DeadTokens:
         }
 
 
-#: Texts per encode call of the dead-token check: joined, each piece costs what it costs alone,
-#: without one Encoding object per token (247k of them cost 2.4 s of the 3.3 s the check took);
-#: far longer texts get slower per character inside tokenizers (one text of all 247k: 5.3 s).
+#: Texts per encode call of the dead-token check. Joined, the 247k texts of the Qwen 3.8
+#: vocabulary encode in 0.85 s (1.6 s of CPU) where one Encoding per text took 2.4 s (3.6 s of
+#: CPU); far longer texts get slower per character inside tokenizers (one text of all: 5.3 s).
 _CHUNK: Final = 4096
 
 
