@@ -1465,6 +1465,7 @@ class CheckpointReport:
             "problems": list(self.problems),
             "warnings": list(self.warnings),
             "template_equivalent": self.template_equivalent,
+            "lifted": list(self.lifted),
             "template_name": self.template_name,
             "template_behaviour": None if self.behaviour is None else self.behaviour.to_dict(),
             "prefix_stability": [p.to_dict() for p in self.prefix],

@@ -773,6 +773,7 @@ def test_a_template_identical_in_behaviour_passes_with_a_warning(
     data = full.to_dict()
     assert data["ok"] is True and data["template_equivalent"] is True
     assert data["problems"] == [] and warning in data["warnings"]
+    assert data["lifted"] == [full.validation.template_problem]
 
 
 def test_crlf_in_what_the_template_writes_is_a_difference(tmp_path: Path) -> None:
