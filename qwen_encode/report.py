@@ -28,6 +28,7 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import numpy as np
@@ -949,6 +950,57 @@ class DeadTokens:
             },
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeadTokens:
+        """The inverse of ``to_dict``; ``ValueError`` for anything ``to_dict`` does not write."""
+
+        def token(entry: Mapping[str, Any]) -> DeadToken:
+            made = DeadToken(entry["id"], entry["token"], entry["text"], tuple(entry["encodes_as"]))
+            if not isinstance(made.id, int) or made.to_dict() != entry:
+                raise ValueError(f"not a dead-token entry: {entry!r:.200}")
+            return made
+
+        try:
+            kinds = {kind: tuple(token(t) for t in data[kind]["tokens"]) for kind in DEAD_KINDS}
+            made = cls(checked=data["checked"], note=data["note"], **kinds)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a dead-token report: {error}") from error
+        if not isinstance(made.checked, int) or made.to_dict() != data:
+            raise ValueError("not a dead-token report: it does not read back as written")
+        return made
+
+
+#: Bump when the verdicts of ``dead_tokens`` or the fields of ``DeadTokens`` change: a result
+#: cached by older code is then never read.
+_DEAD_CACHE_VERSION: Final = 1
+
+
+def _cached_dead_tokens(tokenizer: tokenizers.Tokenizer, tokenizer_json: Path) -> DeadTokens:
+    """``dead_tokens``, kept by the sha256 of tokenizer.json, the tokenizers version and
+    ``_DEAD_CACHE_VERSION`` (as the engine proofs are): validating several fine-tunes of one base
+    checks their shared vocabulary once. A cache that cannot be read or written only means the
+    check runs."""
+    try:
+        digest = hashlib.sha256(tokenizer_json.read_bytes()).hexdigest()
+    except OSError:
+        return dead_tokens(tokenizer)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    name = f"{digest}-tokenizers-{tokenizers.__version__}-v{_DEAD_CACHE_VERSION}.json"
+    path = Path(base) / "qwen-encode" / "dead-tokens" / name
+    try:
+        return DeadTokens.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    dead = dead_tokens(tokenizer)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(dead.to_dict(), ensure_ascii=False), encoding="utf-8")
+        os.replace(partial, path)  # whole or absent: a reader never sees half a file
+    except OSError:
+        pass
+    return dead
+
 
 #: Texts per encode call of the dead-token check. Joined, the 247k texts of the Qwen 3.8
 #: vocabulary encode in 0.85 s (1.6 s of CPU) where one Encoding per text took 2.4 s (3.6 s of
@@ -1524,7 +1576,7 @@ def checkpoint_report(
         template_name(validation.template_sha256),
         behaviour,
         prefix,
-        dead_tokens(tokenizer),
+        _cached_dead_tokens(tokenizer, files.tokenizer_json),
         comparison,
         equivalent,
         tuple(lifted),

@@ -820,3 +820,43 @@ def test_a_config_template_that_renders_otherwise_stays_a_problem(tmp_path: Path
     full = report.checkpoint_report(folder)
     assert full.template_equivalent and not full.ok
     assert full.problems == (full.validation.config_template_problem,)
+
+
+# --- the dead-token cache -----------------------------------------------------------------------
+
+
+def test_dead_tokens_are_kept_by_the_vocabulary_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = report.checkpoint_report(TINY).dead
+    (kept,) = (tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir()
+    assert kept.name.startswith(
+        report.hashlib.sha256((TINY / "tokenizer.json").read_bytes()).hexdigest()
+    )
+
+    def never(tokenizer: Tokenizer) -> report.DeadTokens:
+        raise AssertionError("the kept result was not used")
+
+    monkeypatch.setattr(report, "dead_tokens", never)
+    assert report.checkpoint_report(TINY).dead == first
+    # Another vocabulary (one merge removed) has another hash: checked, not read from the cache.
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = copy_of(TINY, tmp_path / "c", lambda d: d["model"]["merges"].pop(0))
+    assert report.checkpoint_report(folder).dead.unreachable
+    assert len(list((tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir())) == 2
+
+
+def test_a_damaged_dead_token_cache_is_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = report.checkpoint_report(TINY).dead
+    (kept,) = (tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir()
+    data = json.loads(kept.read_text(encoding="utf-8"))
+    data["partial_utf8"]["tokens"][0]["id"] = "94"
+    for damaged in ("{", "[]", json.dumps(data)):
+        kept.write_text(damaged, encoding="utf-8")
+        assert report.checkpoint_report(TINY).dead == first
+        assert report.DeadTokens.from_dict(json.loads(kept.read_text(encoding="utf-8"))) == first
