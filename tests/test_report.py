@@ -825,12 +825,18 @@ def test_a_config_template_that_renders_otherwise_stays_a_problem(tmp_path: Path
 # --- the dead-token cache -----------------------------------------------------------------------
 
 
-def test_dead_tokens_are_kept_by_the_vocabulary_hash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def kept_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[report.DeadTokens, Path]:
+    """The tiny vocabulary's dead tokens, checked once with a cache in tmp_path, and its file."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     first = report.checkpoint_report(TINY).dead
     (kept,) = (tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir()
+    return first, kept
+
+
+def test_dead_tokens_are_kept_by_the_vocabulary_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, kept = kept_once(tmp_path, monkeypatch)
     assert kept.name.startswith(
         report.hashlib.sha256((TINY / "tokenizer.json").read_bytes()).hexdigest()
     )
@@ -851,9 +857,7 @@ def test_dead_tokens_are_kept_by_the_vocabulary_hash(
 def test_a_damaged_dead_token_cache_is_checked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    first = report.checkpoint_report(TINY).dead
-    (kept,) = (tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir()
+    first, kept = kept_once(tmp_path, monkeypatch)
     data = json.loads(kept.read_text(encoding="utf-8"))
     data["partial_utf8"]["tokens"][0]["id"] = "94"
     for damaged in ("{", "[]", json.dumps(data)):
