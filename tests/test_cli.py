@@ -577,6 +577,37 @@ def test_validate_prints_the_template_behaviour_table(tmp_path: Path) -> None:
     assert {"prefix_stability", "dead_tokens", "special_tokens"} <= set(report)
 
 
+def test_validate_prints_a_reworded_error_message(tmp_path: Path) -> None:
+    folder = _tiny_copy(tmp_path)
+    template = folder / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    old = "'System message must be at the beginning.'"
+    template.write_text(text.replace(old, "'System first, please.'"), encoding="utf-8")
+    result = run("validate", folder)
+    assert result.returncode == 1
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["error", "cases", "differs", "system", "not", "first"] in rows
+    assert (
+        "error cases (system not first): template (raises: System first, please.), expected "
+        "(raises: System message must be at the beginning.)" in result.stdout
+    )
+
+
+def test_validate_a_template_with_crlf_line_ends_passes(tmp_path: Path) -> None:
+    # Not byte-identical, but every probe renders the same: exit 0, reported as modified.
+    folder = _tiny_copy(tmp_path)
+    template = folder / "chat_template.jinja"
+    template.write_bytes(template.read_bytes().replace(b"\n", b"\r\n"))
+    result = run("validate", folder)
+    assert result.returncode == 0, result.stdout
+    assert ": modified, behaviour identical to the official one on all probes" in result.stdout
+    assert "  - chat template: modified (sha256 " in result.stdout
+    assert "OK: this checkpoint carries the Qwen 3.8 protocol." in result.stdout
+    report = json.loads(run("validate", folder, "--json").stdout)
+    assert report["ok"] is True and report["template_equivalent"] is True
+    assert report["problems"] == []
+
+
 def test_validate_an_unreadable_checkpoint(tmp_path: Path) -> None:
     result = run("validate", tmp_path / "nothing-here")
     assert result.returncode == 1

@@ -159,6 +159,67 @@ def test_every_listed_feature_has_a_mutation() -> None:
     assert {m[0] for m in MUTATIONS} == set(FEATURES) - {"turns"}
 
 
+# Templates that drop the reasoning of assistant turns before the last user query: Qwen3's
+# rule (whatever preserve_thinking says), and the official rule with preserve_thinking off by
+# default. Only the multi-turn reasoning probes may see it.
+_KEEP = (
+    "{%- if preserve_thinking is undefined or preserve_thinking is true or "
+    "loop.index0 > ns.last_query_index %}"
+)
+REASONING_DROPPED = {
+    "qwen3 rule": "{%- if loop.index0 > ns.last_query_index %}",
+    "off by default": "{%- if preserve_thinking is true or loop.index0 > ns.last_query_index %}",
+}
+
+
+@pytest.fixture(scope="module")
+def dropping(official: str) -> dict[str, report.BehaviourReport]:
+    pytest.importorskip("jinja2")
+    assert official.count(_KEEP) == 1
+    return {
+        name: template_behaviour(official.replace(_KEEP, rule))
+        for name, rule in REASONING_DROPPED.items()
+    }
+
+
+@pytest.mark.parametrize("rule", list(REASONING_DROPPED))
+@pytest.mark.parametrize("feature", [f for f in FEATURES if f != "multi-turn reasoning"])
+def test_dropping_earlier_reasoning_leaves_this_feature_identical(
+    feature: str, rule: str, dropping: dict[str, report.BehaviourReport]
+) -> None:
+    result = next(f for f in dropping[rule].features if f.feature == feature)
+    assert result.status == "identical", (result.probe, result.template_line)
+
+
+@pytest.mark.parametrize("rule", list(REASONING_DROPPED))
+def test_dropping_earlier_reasoning_shows_under_multi_turn_reasoning(
+    rule: str, dropping: dict[str, report.BehaviourReport]
+) -> None:
+    result = next(f for f in dropping[rule].features if f.feature == "multi-turn reasoning")
+    assert result.status == "differs"
+
+
+def test_a_reworded_error_message_is_a_difference(official: str) -> None:
+    # Both still refuse a late system message, but the caller reads another message.
+    pytest.importorskip("jinja2")
+    old = "raise_exception('System message must be at the beginning.')"
+    assert official.count(old) == 1
+    behaviour = template_behaviour(
+        official.replace(old, "raise_exception('The system message must come first.')")
+    )
+    changed = {f.feature: f for f in behaviour.features if f.status != "identical"}
+    assert set(changed) == {"error cases"}
+    result = changed["error cases"]
+    assert result.status == "differs" and result.probe is not None
+    assert result.probe.name == "system not first"
+    assert result.template_line == "(raises: The system message must come first.)"
+    assert result.reference_line == "(raises: System message must be at the beginning.)"
+    # Against the official template's own text, as --against compares two templates.
+    reworded = official.replace(old, "raise_exception('Nope.')")
+    assert not template_behaviour(reworded, official).identical
+    assert template_behaviour(official, official).identical
+
+
 def test_a_template_that_raises_is_reported_as_raising(official: str) -> None:
     pytest.importorskip("jinja2")
     broken = official.replace(
@@ -345,32 +406,129 @@ def test_a_removed_merge_makes_its_token_unreachable(tmp_path: Path) -> None:
     assert data["model"]["vocab"][token] not in {t.id for t in original.unreachable}
 
 
+def replace_entry(d: dict[str, Any], text: str) -> int:
+    """Put a base entry spelling ``text`` (in byte-level characters) in place of one that is no
+    part of any merge (dropped with the merge that builds it); its ID."""
+    table = {
+        byte: chr(char) for char, byte in report._BYTE_TABLE.items() if byte != report._NOT_A_BYTE
+    }
+    token = "".join(table[b] for b in text.encode("utf-8"))
+    vocab, merges = d["model"]["vocab"], d["model"]["merges"]
+    pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
+    parts = {part for pair in pairs for part in pair}
+    old = next(k for k in vocab if k not in parts and len(k) > 1)
+    d["model"]["merges"] = [
+        m for m, pair in zip(merges, pairs, strict=True) if "".join(pair) != old
+    ]
+    token_id: int = vocab.pop(old)
+    vocab[token] = token_id
+    return token_id
+
+
 def test_a_token_changed_by_nfc(tmp_path: Path) -> None:
     decomposed = "e\u0301"  # NFC composes it to é: the entry can never come out of the normalizer
 
     replaced: list[int] = []
-
-    def add(d: dict[str, Any]) -> None:
-        table = {
-            byte: chr(char)
-            for char, byte in report._BYTE_TABLE.items()
-            if byte != report._NOT_A_BYTE
-        }
-        token = "".join(table[b] for b in decomposed.encode("utf-8"))
-        vocab, merges = d["model"]["vocab"], d["model"]["merges"]
-        pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
-        parts = {part for pair in pairs for part in pair}
-        # An entry that is no part of any merge: dropped with the merge that builds it.
-        old = next(k for k in vocab if k not in parts and len(k) > 1)
-        d["model"]["merges"] = [
-            m for m, pair in zip(merges, pairs, strict=True) if "".join(pair) != old
-        ]
-        replaced.append(vocab.pop(old))
-        vocab[token] = replaced[0]
-
-    folder = copy_of(TINY, tmp_path / "c", add)
+    folder = copy_of(TINY, tmp_path / "c", lambda d: replaced.append(replace_entry(d, decomposed)))
     dead = report.dead_tokens(Tokenizer.from_file(str(folder / "tokenizer.json")))
     assert [(t.id, t.text) for t in dead.nfc] == [(replaced[0], decomposed)]
+
+
+def one_by_one(tokenizer: Tokenizer) -> set[int]:
+    """The oracle: every ID whose decoded text, encoded alone, is not that one ID."""
+    return {
+        i
+        for i in tokenizer.get_vocab(with_added_tokens=True).values()
+        if tokenizer.encode(
+            tokenizer.decode([i], skip_special_tokens=False), add_special_tokens=False
+        ).ids
+        != [i]
+    }
+
+
+def all_dead(dead: report.DeadTokens) -> set[int]:
+    return {t.id for kind in report.DEAD_KINDS for t in dead.of(kind)}
+
+
+def tiny_with(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Tokenizer:
+    folder = copy_of(TINY, tmp_path / "c", edit)
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def test_dead_tokens_without_a_usable_separator(tmp_path: Path) -> None:
+    # Every added token strips its neighbours' spaces: joined texts would lose them, so each
+    # text is encoded alone; the answer is the same.
+    def strip(d: dict[str, Any]) -> None:
+        for token in d["added_tokens"]:
+            token["rstrip"] = True
+
+    tokenizer = tiny_with(tmp_path, strip)
+    assert report._separator(tokenizer) is None
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_dead_tokens_when_an_added_token_could_span_the_separator(tmp_path: Path) -> None:
+    # "x<|endoftext" ends with the start of "<|endoftext|>": between two joined texts it would
+    # match across the boundary, so <|endoftext|> is no separator (another one is taken).
+    def add(d: dict[str, Any]) -> None:
+        d["added_tokens"].append(
+            {
+                "id": 2081,
+                "content": "x<|endoftext",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+
+    tokenizer = tiny_with(tmp_path, add)
+    chosen = report._separator(tokenizer)
+    assert chosen is not None and chosen[0] != "<|endoftext|>"
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_a_token_holding_the_separator(tmp_path: Path) -> None:
+    # A base entry (after the added tokens: IDs no longer contiguous) whose text holds the
+    # separator: its chunk has one cut too many and is encoded text by text.
+    replaced: list[int] = []
+    tokenizer = tiny_with(tmp_path, lambda d: replaced.append(replace_entry(d, "x<|endoftext|>")))
+    assert report._separator(tokenizer) == ("<|endoftext|>", 2048)
+    dead = report.dead_tokens(tokenizer)
+    assert all_dead(dead) == one_by_one(tokenizer)
+    assert [t.encodes_as for t in dead.pre_tokenizer if t.id == replaced[0]] == [(87, 2048)]
+
+
+def test_base_ids_with_a_gap(tmp_path: Path) -> None:
+    # IDs not 0..n-1: every entry is still checked, by its own ID.
+    def gap(d: dict[str, Any]) -> None:
+        vocab = d["model"]["vocab"]
+        vocab[next(k for k, i in vocab.items() if i == 2047)] = 3000
+
+    tokenizer = tiny_with(tmp_path, gap)
+    assert tokenizer.id_to_token(2047) is None and tokenizer.id_to_token(3000) is not None
+    assert sorted(report._base_vocabulary(tokenizer)) == sorted(
+        (i, t) for t, i in tokenizer.get_vocab(with_added_tokens=False).items()
+    )
+    assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
+
+
+def test_a_tokenizer_set_to_pad_or_truncate(tmp_path: Path) -> None:
+    # Padding to the longest text of a batch made every entry "dead" once one text encodes to
+    # two IDs (here: a merge removed); truncation would cut the joined texts. The caller's
+    # tokenizer keeps its settings.
+    def remove(d: dict[str, Any]) -> None:
+        pair = first_merge(d)[0]
+        d["model"]["merges"] = [m for m in d["model"]["merges"] if list(m) != pair]
+
+    tokenizer = tiny_with(tmp_path, remove)
+    expected = one_by_one(tokenizer)
+    assert report.dead_tokens(tokenizer).unreachable
+    tokenizer.enable_padding(pad_id=2048, pad_token="<|endoftext|>")
+    tokenizer.enable_truncation(max_length=8)
+    assert all_dead(report.dead_tokens(tokenizer)) == expected
+    assert tokenizer.padding is not None and tokenizer.truncation is not None
 
 
 def test_dead_tokens_in_json_list_them_all(tmp_path: Path) -> None:
@@ -470,6 +628,50 @@ def test_stop_tokens_without_im_end(tmp_path: Path) -> None:
     assert not full.ok and not full.validation.ok
 
 
+@pytest.mark.parametrize(
+    ("eos", "breaking", "why"),
+    [
+        # The official list stops on <|endoftext|> too: without it the fine-tune runs on where
+        # its base stops (a raw-text completion past the end of its document).
+        ([2050], True, "no longer stops at 2048 <|endoftext|>, where the base stops"),
+        ([2048, 2050], False, "the same IDs in another order"),
+        ([2050, 2048, 13], True, "stops at 13 ., where the base goes on"),
+    ],
+    ids=["endoftext dropped", "reordered", "a word added"],
+)
+def test_stop_tokens_against_the_base(
+    tmp_path: Path, eos: list[int], breaking: bool, why: str
+) -> None:
+    folder = side_copy(
+        tmp_path / "c", "generation_config.json", lambda g: {**g, "eos_token_id": eos}
+    )
+    comparison = qe.compare_checkpoints(folder, TINY)
+    assert kinds(comparison) == {"stop tokens": breaking}
+    assert comparison.differences[0].message.endswith(why)
+
+
+def test_an_end_marker_added_to_the_stop_tokens_is_not_breaking(tmp_path: Path) -> None:
+    base = side_copy(
+        tmp_path / "b", "generation_config.json", lambda g: {**g, "eos_token_id": 2050}
+    )
+    comparison = qe.compare_checkpoints(TINY, base)
+    assert kinds(comparison) == {"stop tokens": False}
+    assert comparison.differences[0].message.endswith("an end marker added")
+
+
+def test_stop_tokens_without_endoftext_are_a_warning_alone(tmp_path: Path) -> None:
+    # The chat protocol needs <|im_end|> only: the checkpoint passes, with a warning.
+    folder = side_copy(
+        tmp_path / "c", "generation_config.json", lambda g: {**g, "eos_token_id": [2050]}
+    )
+    validation = report.checkpoint_report(folder).validation
+    assert validation.ok
+    (warning,) = validation.warnings
+    assert warning.startswith("generation_config.json eos_token_id: no '<|endoftext|>' (2048)")
+    (entry,) = [e for e in validation.special_tokens if e.field.startswith("generation_config")]
+    assert entry.verdict == "warning"
+
+
 def test_a_vocab_size_too_small(tmp_path: Path) -> None:
     def shrink(config: dict[str, Any]) -> dict[str, Any]:
         config["text_config"]["vocab_size"] = 2070
@@ -535,3 +737,130 @@ def test_checkpoint_report_json_carries_everything(tmp_path: Path) -> None:
         "tokenizer_config.json pad_token",
     }
     assert TURN_CLOSE in json.dumps(data["special_tokens"])
+
+
+# --- a template that is not byte-identical but behaves identically ------------------------------
+
+
+def template_copy(tmp_path: Path, edit: Callable[[str], str]) -> Path:
+    folder = tmp_path / "c"
+    shutil.copytree(TINY, folder)
+    path = folder / "chat_template.jinja"
+    path.write_bytes(edit(path.read_bytes().decode("utf-8")).encode("utf-8"))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t.replace("\n", "\r\n"),  # CRLF line ends: Jinja reads them as LF
+        lambda t: t.replace(" %}\n", " %}  \n"),  # blanks the next {%- strips anyway
+        lambda t: t + "\n\n",
+    ],
+    ids=["crlf", "trailing blanks", "final newlines"],
+)
+def test_a_template_identical_in_behaviour_passes_with_a_warning(
+    tmp_path: Path, edit: Callable[[str], str]
+) -> None:
+    pytest.importorskip("jinja2")
+    full = report.checkpoint_report(template_copy(tmp_path, edit))
+    assert full.validation.template_sha256 != report.QWEN38_TEMPLATE_SHA256
+    assert full.behaviour is not None and full.behaviour.identical
+    assert full.template_equivalent and full.ok and not full.problems
+    assert not full.validation.ok  # validate_checkpoint alone still goes by the hash
+    (warning,) = [w for w in full.warnings if w.startswith("chat template: modified")]
+    assert "behaviour identical on all probes" in warning
+    data = full.to_dict()
+    assert data["ok"] is True and data["template_equivalent"] is True
+    assert data["problems"] == [] and warning in data["warnings"]
+    assert data["lifted"] == [full.validation.template_problem]
+
+
+def test_crlf_in_what_the_template_writes_is_a_difference(tmp_path: Path) -> None:
+    # "\r\n" written by the template (not its line ends) changes every rendering.
+    pytest.importorskip("jinja2")
+    folder = template_copy(tmp_path, lambda t: t.replace("'<|im_end|>\\n'", "'<|im_end|>\\r\\n'"))
+    full = report.checkpoint_report(folder)
+    assert not full.template_equivalent and not full.ok
+    assert full.validation.template_problem in full.problems
+
+
+def with_config_template(folder: Path, template: str) -> Path:
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**config, "chat_template": template}), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("crlf_in", ["chat_template.jinja", "tokenizer_config.json"])
+def test_two_template_texts_that_render_the_same(tmp_path: Path, crlf_in: str) -> None:
+    # As the real folder ships it, tokenizer_config.json holds a template too; one of the two is
+    # the official text, the other its CRLF copy: both render the same, so the mismatch between
+    # them is a warning, not a problem.
+    pytest.importorskip("jinja2")
+    official = (TINY / "chat_template.jinja").read_text(encoding="utf-8")
+    crlf = official.replace("\n", "\r\n")
+    jinja, config = (crlf, official) if crlf_in == "chat_template.jinja" else (official, crlf)
+    folder = with_config_template(template_copy(tmp_path, lambda _: jinja), config)
+    full = report.checkpoint_report(folder)
+    assert full.validation.config_template_problem in full.validation.problems
+    assert full.ok and not full.problems, full.problems
+    assert any(
+        w.startswith("tokenizer_config.json chat_template: another text") for w in full.warnings
+    )
+
+
+def test_a_config_template_that_renders_otherwise_stays_a_problem(tmp_path: Path) -> None:
+    pytest.importorskip("jinja2")
+    official = (TINY / "chat_template.jinja").read_text(encoding="utf-8")
+    folder = with_config_template(
+        template_copy(tmp_path, lambda t: t.replace("\n", "\r\n")),
+        official.replace("'Picture '", "'Image '"),
+    )
+    full = report.checkpoint_report(folder)
+    assert full.template_equivalent and not full.ok
+    assert full.problems == (full.validation.config_template_problem,)
+
+
+# --- the dead-token cache -----------------------------------------------------------------------
+
+
+def kept_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[report.DeadTokens, Path]:
+    """The tiny vocabulary's dead tokens, checked once with a cache in tmp_path, and its file."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = report.checkpoint_report(TINY).dead
+    (kept,) = (tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir()
+    return first, kept
+
+
+def test_dead_tokens_are_kept_by_the_vocabulary_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, kept = kept_once(tmp_path, monkeypatch)
+    assert kept.name.startswith(
+        report.hashlib.sha256((TINY / "tokenizer.json").read_bytes()).hexdigest()
+    )
+
+    def never(tokenizer: Tokenizer) -> report.DeadTokens:
+        raise AssertionError("the kept result was not used")
+
+    monkeypatch.setattr(report, "dead_tokens", never)
+    assert report.checkpoint_report(TINY).dead == first
+    # Another vocabulary (one merge removed) has another hash: checked, not read from the cache.
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = copy_of(TINY, tmp_path / "c", lambda d: d["model"]["merges"].pop(0))
+    assert report.checkpoint_report(folder).dead.unreachable
+    assert len(list((tmp_path / "cache" / "qwen-encode" / "dead-tokens").iterdir())) == 2
+
+
+def test_a_damaged_dead_token_cache_is_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, kept = kept_once(tmp_path, monkeypatch)
+    data = json.loads(kept.read_text(encoding="utf-8"))
+    data["partial_utf8"]["tokens"][0]["id"] = "94"
+    for damaged in ("{", "[]", json.dumps(data)):
+        kept.write_text(damaged, encoding="utf-8")
+        assert report.checkpoint_report(TINY).dead == first
+        assert report.DeadTokens.from_dict(json.loads(kept.read_text(encoding="utf-8"))) == first
