@@ -21,8 +21,6 @@ import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import groupby, pairwise
@@ -80,11 +78,6 @@ _CHAT_OPTIONS = frozenset(
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
 # alignments), pieces take time and memory linear in the text, and run in parallel.
 _PIECE_CHARS = 1 << 16
-# A batch with more new text than this is encoded in a pipeline of chunks of about this many
-# characters: the engine encodes one chunk (in native code, without the GIL) while Python lays
-# out the next, so the per-segment Python work hides behind BPE instead of adding to it.
-_PIPELINE_CHARS = 1 << 19
-_FALSE = frozenset({"", "0", "f", "false", "n", "no", "off"})  # as tokenizers reads it
 # Where a run may be cut without changing its IDs: right after a "\n" that is followed by a
 # letter or digit. With the Qwen pre-tokenizer below, no pre-token crosses such a point (the
 # letter run's optional prefix excludes \r\n; every whitespace alternative ends before a
@@ -182,18 +175,7 @@ class _Batch:
     whole batch, instead of Python objects and array joins per run and per prompt: with a fast
     engine the per-run bookkeeping, not BPE, was two thirds of the time (issue 13)."""
 
-    __slots__ = (
-        "chars",
-        "crossing",
-        "ends",
-        "literal",
-        "slots",
-        "source",
-        "text_ends",
-        "texts",
-        "trained",
-        "turn",
-    )
+    __slots__ = ("crossing", "ends", "literal", "slots", "source", "trained", "turn")
 
     def __init__(self) -> None:
         self.source: list[int] = []  # >= 0: a text run's slot; < 0: -1 - the marker's ID
@@ -202,10 +184,7 @@ class _Batch:
         self.ends: list[int] = []  # each prompt's end in the items
         # Each distinct run text once (encoded once), and whether it is encoded literally.
         self.slots: dict[str, int] = {}
-        self.texts: list[str] = []
         self.literal: list[bool] = []
-        self.chars = 0  # characters of all slots' texts
-        self.text_ends: list[int] = []  # `chars` after each slot
         # Runs whose segments belong to more than one (turn, trained): first item, slot and the
         # character where each part starts (one item per part, its length known once encoded).
         self.crossing: list[tuple[int, int, tuple[int, ...]]] = []
@@ -213,27 +192,13 @@ class _Batch:
     def mark(self) -> tuple[int, int, int]:
         return len(self.source), len(self.slots), len(self.crossing)
 
-    def add_slot(self, text: str, literal: bool) -> int:
-        slot = self.slots[text] = len(self.texts)
-        self.texts.append(text)
-        self.literal.append(literal)
-        self.chars += len(text)
-        self.text_ends.append(self.chars)
-        return slot
-
-    def chars_at(self, slot: int) -> int:
-        """``chars`` when the batch had ``slot`` slots."""
-        return self.text_ends[slot - 1] if slot else 0
-
     def rollback(self, mark: tuple[int, int, int]) -> None:
         """Forget what a refused prompt added, so none of its text is encoded."""
         items, slots, crossing = mark
         del self.source[items:], self.turn[items:], self.trained[items:]
-        del self.crossing[crossing:], self.literal[slots:], self.text_ends[slots:]
-        for text in self.texts[slots:]:
+        del self.crossing[crossing:], self.literal[slots:]
+        for text in list(self.slots)[slots:]:
             del self.slots[text]
-        del self.texts[slots:]
-        self.chars = self.chars_at(slots)
 
 
 class Encoder:
@@ -554,54 +519,26 @@ class Encoder:
     ) -> list[Encoding | PromptError]:
         batch = _Batch()
         refused: dict[int, PromptError] = {}
-        runs: list[np.ndarray] = []
-        fresh: list[int] = []
-        # TOKENIZERS_PARALLELISM=false asks a process not to tokenize on extra threads (datasets
-        # sets it in its workers, one per core): the pipeline would only oversubscribe the cores.
-        setting = os.environ.get("TOKENIZERS_PARALLELISM")
-        pipelined = setting is None or setting.lower() not in _FALSE
-        with ExitStack() as stack:
-            worker: ThreadPoolExecutor | None = None
-            jobs: list[Future[tuple[list[np.ndarray], list[int]]]] = []
-            handed = 0  # slots handed to the engine so far
-            for position, prompt in enumerate(prompts):
-                mark = batch.mark()
-                try:
-                    self._lay_out(prompt, batch, check_text)
-                except PromptError as error:
-                    if errors == "raise":
-                        raise
-                    refused[position] = error
-                    batch.rollback(mark)
-                batch.ends.append(len(batch.source))
-                if pipelined and batch.chars - batch.chars_at(handed) >= _PIPELINE_CHARS:
-                    # A large batch: the engine (native code, GIL released) encodes the runs
-                    # laid out so far while this thread lays out the next prompts.
-                    if worker is None:
-                        worker = stack.enter_context(ThreadPoolExecutor(1, "qwen-encode"))
-                    jobs.append(worker.submit(self._resolve, batch, handed, len(batch.texts)))
-                    handed = len(batch.texts)
-            tail = self._resolve(batch, handed, len(batch.texts))
-            for job in [*jobs, None]:
-                ids, new = tail if job is None else job.result()
-                fresh.extend(len(runs) + slot for slot in new)
-                runs.extend(ids)
-        if self._cache_limit:
-            with self._lock:
-                for slot in fresh:
-                    # A copy: the engine's result is a view of the whole batch's buffer, which
-                    # the cache would otherwise keep alive while counting only this run's bytes.
-                    self._remember(batch.texts[slot], np.array(runs[slot]))
+        for position, prompt in enumerate(prompts):
+            mark = batch.mark()
+            try:
+                self._lay_out(prompt, batch, check_text)
+            except PromptError as error:
+                if errors == "raise":
+                    raise
+                refused[position] = error
+                batch.rollback(mark)
+            batch.ends.append(len(batch.source))
+        runs = self._run_ids(batch)
         encodings: list[Encoding | PromptError] = list(self._assemble(batch, runs))
         for position, error in refused.items():
             encodings[position] = error
         return encodings
 
-    def _resolve(self, batch: _Batch, first: int, end: int) -> tuple[list[np.ndarray], list[int]]:
-        """The IDs of slots ``first`` to ``end``: from the run cache, or encoded now (all their
-        new text in one call of the engine's parallel batch API); and which of them (counted
-        from ``first``) were encoded now."""
-        texts = batch.texts[first:end]
+    def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
+        """Each slot's IDs: from the run cache, or encoded now (all new text of the batch in one
+        call of the engine's parallel batch API)."""
+        texts = list(batch.slots)
         runs: list[np.ndarray | None] = [None] * len(texts)
         todo: list[int] = []
         # The lock guards only the cache and the work counter: `runs` keeps this call's IDs, so
@@ -617,13 +554,19 @@ class Encoder:
             self._work += sum(len(texts[slot]) for slot in todo)
             if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
                 self._bring_up_fastokens()
-        literal = [slot for slot in todo if batch.literal[first + slot]]
-        matched = [slot for slot in todo if not batch.literal[first + slot]] if literal else todo
+        literal = [slot for slot in todo if batch.literal[slot]]
+        matched = [slot for slot in todo if not batch.literal[slot]] if literal else todo
         for slot, ids in zip(matched, self._encode_texts([texts[s] for s in matched]), strict=True):
             runs[slot] = ids
         for slot in literal:
             runs[slot] = self._encode_ordinary(texts[slot])
-        return runs, todo  # type: ignore[return-value]
+        if self._cache_limit:
+            with self._lock:
+                for slot in todo:
+                    # A copy: the engine's result is a view of the whole batch's buffer, which
+                    # the cache would otherwise keep alive while counting only this run's bytes.
+                    self._remember(texts[slot], np.array(runs[slot]))
+        return runs  # type: ignore[return-value]
 
     def cache_info(self) -> dict[str, int]:
         """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
@@ -756,7 +699,8 @@ class Encoder:
                 if self.markers_in_text == "reject":
                     raise self._rejection(segments, marker)
                 literal = True
-            slot = batch.add_slot(text, literal)
+            slot = batch.slots[text] = len(batch.literal)
+            batch.literal.append(literal)
         if not crossing:
             batch.source.append(slot)
             batch.turn.append(turn)
@@ -790,7 +734,7 @@ class Encoder:
         marker_ids = self._marker_ids
         pieces = [runs[s] if s >= 0 else marker_ids[s] for s in batch.source]
         if batch.crossing:
-            texts = batch.texts
+            texts = list(batch.slots)
             for item, slot, part_starts in batch.crossing:
                 ids = runs[slot]
                 counts = self._part_lengths(
