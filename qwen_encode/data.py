@@ -37,9 +37,12 @@ import difflib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import time
+import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -458,10 +461,19 @@ def _encoder(source: Encoder | str | os.PathLike[str], **options: Any) -> Encode
     return Encoder.from_pretrained(source, **options)
 
 
+# The encoders of this process's EncodeBatches, by their token. A worker that ``datasets.map``
+# forked from this process inherits this table: it finds its parent's encoder here and skips
+# unpickling its own copy, which costs a worker about a second (Tokenizer.from_file parsing the
+# 11 MB tokenizer.json) and was paid again for every map call, so for every shard of a folder.
+# Weak values: a table entry never keeps an encoder alive.
+_LOADED: weakref.WeakValueDictionary[str, Encoder] = weakref.WeakValueDictionary()
+
+
 class EncodeBatches:
     """The row function as a callable that owns its encoder: for ``datasets.map`` (pickled to
-    each of ``num_proc`` processes, which load the encoder once as it unpickles) and for Ray
-    Data's ``map_batches`` (one per actor: Ray calls the constructor once per worker).
+    each of ``num_proc`` processes: a forked worker uses the encoder it inherited, a spawned one
+    loads it once as it unpickles) and for Ray Data's ``map_batches`` (one per actor: Ray calls
+    the constructor once per worker).
 
     ``source`` is an ``Encoder`` (it travels pickled: see ``Encoder.__reduce__``) or a checkpoint
     source, loaded here with ``options`` (``Encoder.from_pretrained``'s keywords)."""
@@ -475,9 +487,32 @@ class EncodeBatches:
         _check_columns(columns)
         self.encoder = _encoder(source, **options)
         self.columns: ColumnSet = columns
+        self._token = uuid.uuid4().hex
+        self._pickled: bytes | None = None
+        _LOADED[self._token] = self.encoder
 
     def __call__(self, batch: Any) -> pa.Table:
         return encode_table(self.encoder, batch, self.columns)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The encoder travels as bytes, so that unpickling them is left to _restore_batches,
+        # which does it only where no inherited copy exists.
+        if self._pickled is None:
+            self._pickled = pickle.dumps(self.encoder, protocol=pickle.HIGHEST_PROTOCOL)
+        return (_restore_batches, (self._token, self._pickled, self.columns))
+
+
+def _restore_batches(token: str, pickled: bytes, columns: ColumnSet) -> EncodeBatches:
+    encoder = _LOADED.get(token)
+    if encoder is None:
+        encoder = pickle.loads(pickled)
+        _LOADED[token] = encoder
+    restored = EncodeBatches.__new__(EncodeBatches)
+    restored.encoder = encoder
+    restored.columns = columns
+    restored._token = token
+    restored._pickled = pickled
+    return restored
 
 
 def encode_dataset(

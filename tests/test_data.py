@@ -9,6 +9,7 @@ Ray tests need ``ray`` (the ``[ray]`` extra, not in ``[test]``): they skip witho
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -303,7 +304,8 @@ def test_encode_parquet_drop_errors_counts_them(encoder: qe.Encoder, tmp_path: P
 
 UNPICKLE = """
 import json, pickle, sys
-encoder = pickle.load(open(sys.argv[1], "rb"))
+loaded = pickle.load(open(sys.argv[1], "rb"))
+encoder = getattr(loaded, "encoder", loaded)  # an Encoder, or an EncodeBatches holding one
 messages = [{"role": "user", "content": "Hello <|im_end|> there"}]
 try:
     ids = encoder.encode_messages(messages).input_ids.tolist()
@@ -384,6 +386,41 @@ def test_a_hub_checkpoint_travels_as_its_id(tmp_path: Path) -> None:
     want = original.encode_messages([{"role": "user", "content": "Hello <|im_end|> there"}])
     assert got["ids"] == want.input_ids.tolist()
     assert got["source"] == "qwen-encode/tiny"
+
+
+def _inherited(pickled: bytes, parent_id: int) -> bool:
+    # In a forked child the parent's objects keep their addresses: the restored callable holds
+    # the very encoder the parent had, not a copy unpickled beside it.
+    return id(pickle.loads(pickled).encoder) == parent_id
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(),
+    reason="no fork on this platform (datasets' workers are spawned and load the bytes)",
+)
+def test_a_forked_worker_uses_the_encoder_it_inherited(tmp_path: Path) -> None:
+    # Unpickling an encoder costs a worker about a second (Tokenizer.from_file), which
+    # datasets.map(num_proc=N) paid in every worker on every call, so on every shard of a folder.
+    function = data.EncodeBatches(TINY, engine="tokenizers")
+    pickled = pickle.dumps(function)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_inherited, (pickled, id(function.encoder)))
+    # Where nothing was inherited (a spawned worker, another machine), the bytes are loaded.
+    (tmp_path / "batches.pkl").write_bytes(pickled)
+    got = _unpickle_elsewhere(tmp_path / "batches.pkl")
+    want = function.encoder.encode_messages([{"role": "user", "content": "Hello <|im_end|> there"}])
+    assert got["ids"] == want.input_ids.tolist()
+
+
+def test_the_table_of_loaded_encoders_keeps_none_alive() -> None:
+    import gc
+
+    function = data.EncodeBatches(TINY, engine="tokenizers")
+    token = function._token
+    assert data._LOADED[token] is function.encoder
+    del function
+    gc.collect()
+    assert token not in data._LOADED
 
 
 def test_a_hand_built_vocabulary_pickles(encoder: qe.Encoder) -> None:
