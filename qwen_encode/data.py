@@ -686,6 +686,17 @@ def _with(summary: Summary, **changes: Any) -> Summary:
 # -- Ray Data ----------------------------------------------------------------------------------
 
 
+class _RayEncodeBatches(EncodeBatches):
+    """``EncodeBatches`` as one of ``encode_ray``'s actors, each given its share of a node's
+    CPUs (one core's worth at most): HF tokenizers would otherwise start a BPE thread per core
+    of the node in every actor, N actors x N threads (what datasets prevents in its forked
+    workers by setting the same variable). The actor's process is its own, so this is local."""
+
+    def __init__(self, source: Encoder, columns: ColumnSet) -> None:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        super().__init__(source, columns)
+
+
 def encode_ray(
     source: Encoder | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | Sequence[str],
@@ -729,20 +740,37 @@ def encode_ray(
     actor_cpus = max(0.0, cpus - 1.0) / count
     encoder = _encoder(source, markers_in_text=markers_in_text, engine=engine)
     paths = [str(p) for p in inputs] if isinstance(inputs, list | tuple) else str(inputs)
-    # Row i of the output answers row i of the input: Ray Data reorders blocks unless told not to
-    # (and write_parquet names its files by task index, in that order).
     context = ray.data.DataContext.get_current()
-    order = context.execution_options.preserve_order
-    context.execution_options.preserve_order = True
-    # Blocks of at most batch_size rows (a streaming split, not a shuffle): Ray reads small
-    # shards into one block, and one block is one task for one actor while the others idle.
-    dataset = ray.data.read_parquet(paths).repartition(target_num_rows_per_block=batch_size)
+    settings = {
+        # Row i of the output answers row i of the input: Ray Data reorders blocks unless told
+        # not to (and write_parquet names its files by task index, in that order).
+        "preserve_order": (context.execution_options, True),
+        # Ray 2.60 reads Parquet through "datasource V2" by default: its listing starts 32
+        # footer-reader actors (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and it packs small files
+        # into one read task. On 2 CPUs the listing alone took 5.5 s, then every actor waited
+        # for the one task reading every shard. V1 (what older Rays have, without this
+        # setting) gives a read task per file and splits its output into small blocks inside
+        # that task, which map_batches bundles into batches of batch_size rows, so the actors
+        # share the work without a repartition stage (whose 1-CPU tasks queued by the dozen
+        # for the one CPU the actors leave free).
+        "use_datasource_v2": (context, False),
+    }
+    previous = {
+        name: getattr(owner, name) for name, (owner, _) in settings.items() if hasattr(owner, name)
+    }
+    for name, (owner, value) in settings.items():
+        if name in previous:
+            setattr(owner, name, value)
+    dataset = ray.data.read_parquet(paths)
     encoded = dataset.map_batches(
-        EncodeBatches,
+        _RayEncodeBatches,
         fn_constructor_args=(encoder, columns),
         batch_format="pyarrow",
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=count),
+        # One block in flight per actor: with the default (several), the first actor to start
+        # took every block queued so far and Ray stopped the second as idle ("consumed all
+        # inputs"), so one actor encoded the whole input while a CPU stood idle.
+        compute=ray.data.ActorPoolStrategy(size=count, max_tasks_in_flight_per_actor=1),
         num_cpus=actor_cpus,
         zero_copy_batch=True,
     )
@@ -758,7 +786,8 @@ def encode_ray(
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        context.execution_options.preserve_order = order
+        for name, value in previous.items():
+            setattr(settings[name][0], name, value)
     return _with(summarize_parquet(target), seconds=time.monotonic() - started)
 
 

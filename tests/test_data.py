@@ -474,3 +474,55 @@ def test_encode_ray_on_two_cpus_finishes_and_keeps_rows(
     good = [i for i in range(len(requests)) if i != 7]
     check_rows(encoder, [rows[i] for i in good], [requests[i] for i in good])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no staging left
+
+
+# Loaded by every Python process of the run (Ray's workers inherit PYTHONPATH): each batch is
+# made as slow as a batch of real conversations (seconds), so that a second actor is up before
+# the first is done, and each actor notes its process and its BPE-threads setting. (A patched
+# class cannot be shipped from the driver instead: Ray would pickle it by value, and its
+# super() would no longer name its own class.)
+SLOW_BATCHES = """
+import os
+if os.environ.get("QE_TEST_NOTES"):
+    import time
+    from qwen_encode import data
+
+    real = data.EncodeBatches.__call__
+
+    def slow(self, batch):
+        time.sleep(4)
+        with open(os.environ["QE_TEST_NOTES"], "a") as out:
+            out.write(f"{os.getpid()} {os.environ.get('TOKENIZERS_PARALLELISM')}\\n")
+        return real(self, batch)
+
+    data.EncodeBatches.__call__ = slow
+"""
+
+
+def test_encode_ray_gives_every_actor_work(encoder: qe.Encoder, tmp_path: Path) -> None:
+    # Two batches, two actors: with Ray's default of two blocks in flight per actor, the first
+    # actor up took both and Ray stopped the second as idle. Each actor runs on one thread, as
+    # it is given one core's share (HF tokenizers would start a thread per core in each).
+    pytest.importorskip("ray", reason="ray is not installed: pip install -e .[ray]")
+    requests = (PLAIN * 4)[:32]
+    _write_shards(tmp_path / "in", requests, per_shard=8)
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(SLOW_BATCHES)
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_RUN, str(TINY), str(tmp_path / "in"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=RAY_BOUND_SECONDS,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path / 'hook'}{os.pathsep}{ROOT}",
+            "QE_TEST_NOTES": str(tmp_path / "notes.txt"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {"rows": 32, "errors": {}}
+    notes = [line.split() for line in (tmp_path / "notes.txt").read_text().splitlines()]
+    assert len({pid for pid, _ in notes}) == 2, notes
+    assert {setting for _, setting in notes} == {"false"}, notes
+    check_rows(encoder, _read_folder(tmp_path / "out"), requests)
