@@ -631,7 +631,13 @@ def _encode_parquet(args: argparse.Namespace, parquet_in: bool) -> int:
     if not parquet_in and (args.num_proc is not None or args.ray is not None or args.resume):
         raise UsageError("--num-proc, --ray and --resume read Parquet input (a file or a folder)")
     if args.ray is not None and args.resume:
-        raise UsageError("--resume applies to the datasets path: a Ray run writes its folder whole")
+        # Ray's write_parquet names its files by task, not by input shard, so no output file
+        # stands for a finished input shard; the folder is staged and appears whole instead.
+        raise UsageError(
+            "--resume does not apply to --ray: a Ray run writes its output folder whole (staged, "
+            "renamed at the end), so there are no finished shards to skip; rerun without "
+            "--resume, or use --num-proc N, which writes and resumes shard by shard"
+        )
     encoder = _load_encoder(args.model, args.markers_in_text)
     started = time.monotonic()
     enabled = not args.no_progress and sys.stderr.isatty()

@@ -37,9 +37,12 @@ import difflib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import time
+import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -458,10 +461,19 @@ def _encoder(source: Encoder | str | os.PathLike[str], **options: Any) -> Encode
     return Encoder.from_pretrained(source, **options)
 
 
+# The encoders of this process's EncodeBatches, by their token. A worker that ``datasets.map``
+# forked from this process inherits this table: it finds its parent's encoder here and skips
+# unpickling its own copy, which costs a worker about a second (Tokenizer.from_file parsing the
+# 11 MB tokenizer.json) and was paid again for every map call, so for every shard of a folder.
+# Weak values: a table entry never keeps an encoder alive.
+_LOADED: weakref.WeakValueDictionary[str, Encoder] = weakref.WeakValueDictionary()
+
+
 class EncodeBatches:
     """The row function as a callable that owns its encoder: for ``datasets.map`` (pickled to
-    each of ``num_proc`` processes, which load the encoder once as it unpickles) and for Ray
-    Data's ``map_batches`` (one per actor: Ray calls the constructor once per worker).
+    each of ``num_proc`` processes: a forked worker uses the encoder it inherited, a spawned one
+    loads it once as it unpickles) and for Ray Data's ``map_batches`` (one per actor: Ray calls
+    the constructor once per worker).
 
     ``source`` is an ``Encoder`` (it travels pickled: see ``Encoder.__reduce__``) or a checkpoint
     source, loaded here with ``options`` (``Encoder.from_pretrained``'s keywords)."""
@@ -475,9 +487,32 @@ class EncodeBatches:
         _check_columns(columns)
         self.encoder = _encoder(source, **options)
         self.columns: ColumnSet = columns
+        self._token = uuid.uuid4().hex
+        self._pickled: bytes | None = None
+        _LOADED[self._token] = self.encoder
 
     def __call__(self, batch: Any) -> pa.Table:
         return encode_table(self.encoder, batch, self.columns)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The encoder travels as bytes, so that unpickling them is left to _restore_batches,
+        # which does it only where no inherited copy exists.
+        if self._pickled is None:
+            self._pickled = pickle.dumps(self.encoder, protocol=pickle.HIGHEST_PROTOCOL)
+        return (_restore_batches, (self._token, self._pickled, self.columns))
+
+
+def _restore_batches(token: str, pickled: bytes, columns: ColumnSet) -> EncodeBatches:
+    encoder = _LOADED.get(token)
+    if encoder is None:
+        encoder = pickle.loads(pickled)
+        _LOADED[token] = encoder
+    restored = EncodeBatches.__new__(EncodeBatches)
+    restored.encoder = encoder
+    restored.columns = columns
+    restored._token = token
+    restored._pickled = pickled
+    return restored
 
 
 def encode_dataset(
@@ -651,6 +686,17 @@ def _with(summary: Summary, **changes: Any) -> Summary:
 # -- Ray Data ----------------------------------------------------------------------------------
 
 
+class _RayEncodeBatches(EncodeBatches):
+    """``EncodeBatches`` as one of ``encode_ray``'s actors, each given its share of a node's
+    CPUs (one core's worth at most): HF tokenizers would otherwise start a BPE thread per core
+    of the node in every actor, N actors x N threads (what datasets prevents in its forked
+    workers by setting the same variable). The actor's process is its own, so this is local."""
+
+    def __init__(self, source: Encoder, columns: ColumnSet) -> None:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        super().__init__(source, columns)
+
+
 def encode_ray(
     source: Encoder | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | Sequence[str],
@@ -694,20 +740,37 @@ def encode_ray(
     actor_cpus = max(0.0, cpus - 1.0) / count
     encoder = _encoder(source, markers_in_text=markers_in_text, engine=engine)
     paths = [str(p) for p in inputs] if isinstance(inputs, list | tuple) else str(inputs)
-    # Row i of the output answers row i of the input: Ray Data reorders blocks unless told not to
-    # (and write_parquet names its files by task index, in that order).
     context = ray.data.DataContext.get_current()
-    order = context.execution_options.preserve_order
-    context.execution_options.preserve_order = True
-    # Blocks of at most batch_size rows (a streaming split, not a shuffle): Ray reads small
-    # shards into one block, and one block is one task for one actor while the others idle.
-    dataset = ray.data.read_parquet(paths).repartition(target_num_rows_per_block=batch_size)
+    settings = {
+        # Row i of the output answers row i of the input: Ray Data reorders blocks unless told
+        # not to (and write_parquet names its files by task index, in that order).
+        "preserve_order": (context.execution_options, True),
+        # Ray 2.60 reads Parquet through "datasource V2" by default: its listing starts 32
+        # footer-reader actors (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS) and it packs small files
+        # into one read task. On 2 CPUs the listing alone took 5.5 s, then every actor waited
+        # for the one task reading every shard. V1 (what older Rays have, without this
+        # setting) gives a read task per file and splits its output into small blocks inside
+        # that task, which map_batches bundles into batches of batch_size rows, so the actors
+        # share the work without a repartition stage (whose 1-CPU tasks queued by the dozen
+        # for the one CPU the actors leave free).
+        "use_datasource_v2": (context, False),
+    }
+    previous = {
+        name: getattr(owner, name) for name, (owner, _) in settings.items() if hasattr(owner, name)
+    }
+    for name, (owner, value) in settings.items():
+        if name in previous:
+            setattr(owner, name, value)
+    dataset = ray.data.read_parquet(paths)
     encoded = dataset.map_batches(
-        EncodeBatches,
+        _RayEncodeBatches,
         fn_constructor_args=(encoder, columns),
         batch_format="pyarrow",
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=count),
+        # One block in flight per actor: with the default (several), the first actor to start
+        # took every block queued so far and Ray stopped the second as idle ("consumed all
+        # inputs"), so one actor encoded the whole input while a CPU stood idle.
+        compute=ray.data.ActorPoolStrategy(size=count, max_tasks_in_flight_per_actor=1),
         num_cpus=actor_cpus,
         zero_copy_batch=True,
     )
@@ -723,7 +786,8 @@ def encode_ray(
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        context.execution_options.preserve_order = order
+        for name, value in previous.items():
+            setattr(settings[name][0], name, value)
     return _with(summarize_parquet(target), seconds=time.monotonic() - started)
 
 

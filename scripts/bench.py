@@ -3,6 +3,7 @@
     python scripts/bench.py [--model ../shared/checkpoints/qwen3.8-27b] [--conversations 1000]
                             [--runs 5] [--skip-cold] [--chat-turns 2000] [--only-long-chat]
                             [--only-throughput] [--skip-threads]
+    python scripts/bench.py --only-data --runs 3     # section 7 (needs [data]; Ray: [ray])
 
 Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against transformers'
 ``apply_chat_template(tokenize=True)``, plus the commit measured. Sections:
@@ -18,10 +19,12 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
    cost of one new user turn early and late, and their ratio
 5. cold start: process start to the first input_ids of one short request (subprocesses)
 6. load + validate of the vocabulary, per engine (subprocesses, with peak RSS)
-7. training data (``--only-data``): Parquet shards of conversations -> Parquet training rows,
-   end to end (read, encode, write), for one process, ``datasets`` with 1 and 2 processes and
-   Ray Data local; tokens/s and ratios against one process, plus Ray against ``datasets`` at
-   the same parallelism
+7. training data (``--only-data``): Parquet shards of ``--data-conversations`` conversations
+   -> Parquet training rows, end to end (read, encode, write), for one process (on one BPE
+   thread, the scaling baseline, and on tokenizers' default of a thread per core), ``datasets``
+   with 1 and 2 processes and Ray Data local; tokens/s and ratios against the baseline, Ray
+   against ``datasets`` at the same parallelism, and first the fixed cost of a run (what a
+   worker pays before its first row), with the load average before and after
 
 The corpus is generated deterministically: multi-turn, multilingual, code, reasoning, tools in
 half of the conversations, fine-tuning-like sizes, and words drawn at random so that no cache
@@ -437,7 +440,13 @@ def main() -> None:
     parser.add_argument(
         "--only-throughput", action="store_true", help="only sections 1-3 and the threads run"
     )
-    parser.add_argument("--data-batch", type=int, default=32, help="rows per batch in 7")
+    parser.add_argument(
+        "--data-conversations",
+        type=int,
+        default=4000,
+        help="conversations in 7 (4000: ~28M tokens, so that worker start-up weighs as in a job)",
+    )
+    parser.add_argument("--data-batch", type=int, default=512, help="rows per batch in 7")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -573,9 +582,13 @@ def main() -> None:
 
 
 def _data(model: str, args: argparse.Namespace) -> None:
-    """Section 7. Every variant reads the same shards and writes the same rows (checked)."""
+    """Section 7. Every variant reads the same shards and writes the same rows (token counts
+    checked). Each worker (a datasets process, a Ray actor) runs one BPE thread, so the scaling
+    baseline is one process on one BPE thread; one process with tokenizers' default (a BPE
+    thread per core) is shown beside it, with its CPU time / wall time."""
     import json
     import os
+    import pickle
     import shutil
     import tempfile
 
@@ -586,7 +599,7 @@ def _data(model: str, args: argparse.Namespace) -> None:
     from qwen_encode import data
 
     datasets.disable_progress_bars()
-    corpus = make_corpus(args.conversations)
+    corpus = make_corpus(args.data_conversations)
     work = Path(tempfile.mkdtemp(prefix="qwen-encode-bench-"))
     shards = work / "in"
     shards.mkdir()
@@ -601,10 +614,17 @@ def _data(model: str, args: argparse.Namespace) -> None:
             for c in corpus[i * per : (i + 1) * per]
         ]
         pq.write_table(pa.Table.from_pylist(rows), shards / f"part-{i:03d}.parquet")
+    tiny = work / "tiny"
+    tiny.mkdir()
+    pq.write_table(
+        pa.Table.from_pylist([{"messages": json.dumps(c["messages"])} for c in corpus[:2]]),
+        tiny / "part-000.parquet",
+    )
     encoder = qe.Encoder.from_pretrained(model, engine=args.data_engine)
     print(
         f"training data: {len(corpus)} conversations in {args.shards} Parquet shards, "
-        f"engine {args.data_engine}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
+        f"engine {args.data_engine}, {args.data_batch} rows per batch, {os.cpu_count()} CPUs, "
+        f"load average {_load()}"
     )
 
     def fresh(name: str) -> Path:
@@ -612,17 +632,35 @@ def _data(model: str, args: argparse.Namespace) -> None:
         shutil.rmtree(out, ignore_errors=True)
         return out
 
+    def bpe_threads(enabled: bool) -> None:
+        # tokenizers reads this before every batch call; datasets sets it to false in the
+        # processes it forks, encode_ray in its actors.
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if enabled else "false"
+
+    cpu: dict[str, list[float]] = {}
+
     # Every run starts with an empty run cache, as a worker's unpickled encoder does (the cache
     # does not travel): otherwise the in-process runs would find every text already encoded.
-    def one_process() -> int:
-        encoder.clear_cache()
-        return data.encode_parquet(encoder, shards, fresh("one"), batch_size=args.data_batch).tokens
+    def one_process(threads: bool, name: str) -> Callable[[], int]:
+        def task() -> int:
+            bpe_threads(threads)
+            encoder.clear_cache()
+            started, clock = time.perf_counter(), time.process_time()
+            summary = data.encode_parquet(encoder, shards, fresh("one"), batch_size=args.data_batch)
+            cpu.setdefault(name, []).append(
+                (time.process_time() - clock) / (time.perf_counter() - started)
+            )
+            bpe_threads(False)
+            return summary.tokens
 
-    def with_datasets(num_proc: int) -> Callable[[], int]:
+        return task
+
+    def with_datasets(num_proc: int, files: Path = shards) -> Callable[[], int]:
         def task() -> int:
             encoder.clear_cache()
-            files = [str(p) for p in sorted(shards.iterdir())]
-            dataset = datasets.Dataset.from_parquet(files, keep_in_memory=True)
+            dataset = datasets.Dataset.from_parquet(
+                [str(p) for p in sorted(files.iterdir())], keep_in_memory=True
+            )
             encoded = data.encode_dataset(
                 dataset, encoder, num_proc=num_proc, batch_size=args.data_batch
             )
@@ -633,38 +671,66 @@ def _data(model: str, args: argparse.Namespace) -> None:
 
         return task
 
+    def with_ray(files: Path = shards) -> Callable[[], int]:
+        def task() -> int:
+            return data.encode_ray(encoder, files, fresh("ray"), batch_size=args.data_batch).tokens
+
+        return task
+
+    def unpickle() -> int:
+        pickle.loads(pickle.dumps(encoder))
+        return 0
+
+    one = "one process, 1 BPE thread (baseline)"
     tasks: dict[str, Callable[[], int]] = {
-        "one process (encode_parquet)": one_process,
+        one: one_process(False, one),
+        "one process, BPE threads on every core": one_process(
+            True, "one process, BPE threads on every core"
+        ),
         "datasets num_proc=1": with_datasets(1),
         "datasets num_proc=2": with_datasets(2),
     }
+    fixed: dict[str, Callable[[], int]] = {
+        "unpickle the encoder (each worker that does not fork)": unpickle,
+        "datasets num_proc=2 on 2 rows": with_datasets(2, tiny),
+    }
+    ray_name = "Ray Data local (2 actors)"
     if not args.skip_ray:
         try:
             import ray
 
             ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             ray.data.DataContext.get_current().enable_progress_bars = False
-
-            def with_ray() -> int:
-                return data.encode_ray(
-                    encoder, shards, fresh("ray"), batch_size=args.data_batch
-                ).tokens
-
-            with_ray()  # cold: Ray's workers start; what follows is warm
-            tasks["Ray Data local (2 actors)"] = with_ray
+            with_ray(tiny)()  # cold: Ray's worker processes start; what follows is warm
+            tasks[ray_name] = with_ray()
+            fixed["Ray Data local on 2 rows (actors start, unpickle)"] = with_ray(tiny)
         except ImportError:
             print("  ray not installed: pip install -e .[ray]")
+    bpe_threads(False)
+    costs = _median_runs(fixed, max(3, args.runs))
+    print("  fixed cost of a run, median of runs (paid once per job, per worker in parallel):")
+    for name, (seconds, _) in costs.items():
+        print(f"  {name:<56} {seconds:6.2f} s")
     results = _median_runs(tasks, args.runs)
-    tokens = results["one process (encode_parquet)"][1]
+    tokens = results[one][1]
     assert all(count == tokens for _, count in results.values()), results
-    one = results["one process (encode_parquet)"][0]
-    print(f"  {tokens} tokens; median of {args.runs} alternating runs; ratio vs one process:")
-    for name, (seconds, count) in results.items():
-        print(_row(name, seconds, count, one))
-    if "Ray Data local (2 actors)" in results:
-        ratio = results["datasets num_proc=2"][0] / results["Ray Data local (2 actors)"][0]
+    baseline = results[one][0]
+    print(
+        f"  {tokens} tokens; median of {args.runs} alternating runs; ratio vs one process on "
+        "1 BPE thread:"
+    )
+    for name, (seconds, _) in results.items():
+        extra = f"  CPU/wall {statistics.median(cpu[name]):.2f}" if name in cpu else ""
+        print(_row(name, seconds, tokens, baseline) + extra)
+    if ray_name in results:
+        ratio = results["datasets num_proc=2"][0] / results[ray_name][0]
         print(f"  Ray local vs datasets num_proc=2: {ratio:.2f}x")
+    print(f"  load average at the end: {_load()}")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _long_chat(model: str, turns: int, runs: int) -> None:

@@ -1145,6 +1145,19 @@ def test_encode_parquet_resume_and_drop_errors(tmp_path: Path) -> None:
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+def test_encode_parquet_refuses_resume_with_ray(tmp_path: Path) -> None:
+    # Checked before Ray is imported or started: the refusal holds where Ray is not installed.
+    _shards(tmp_path / "in", _parquet_requests()[:2], per_shard=2)
+    result = run(
+        "encode", "--model", TINY, tmp_path / "in", "--format", "parquet", "-o",
+        tmp_path / "out", "--ray", "--resume",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--resume does not apply to --ray" in result.stderr
+    assert "--num-proc N, which writes and resumes shard by shard" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -9,6 +9,7 @@ Ray tests need ``ray`` (the ``[ray]`` extra, not in ``[test]``): they skip witho
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -303,7 +304,8 @@ def test_encode_parquet_drop_errors_counts_them(encoder: qe.Encoder, tmp_path: P
 
 UNPICKLE = """
 import json, pickle, sys
-encoder = pickle.load(open(sys.argv[1], "rb"))
+loaded = pickle.load(open(sys.argv[1], "rb"))
+encoder = getattr(loaded, "encoder", loaded)  # an Encoder, or an EncodeBatches holding one
 messages = [{"role": "user", "content": "Hello <|im_end|> there"}]
 try:
     ids = encoder.encode_messages(messages).input_ids.tolist()
@@ -386,6 +388,41 @@ def test_a_hub_checkpoint_travels_as_its_id(tmp_path: Path) -> None:
     assert got["source"] == "qwen-encode/tiny"
 
 
+def _inherited(pickled: bytes, parent_id: int) -> bool:
+    # In a forked child the parent's objects keep their addresses: the restored callable holds
+    # the very encoder the parent had, not a copy unpickled beside it.
+    return id(pickle.loads(pickled).encoder) == parent_id
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(),
+    reason="no fork on this platform (datasets' workers are spawned and load the bytes)",
+)
+def test_a_forked_worker_uses_the_encoder_it_inherited(tmp_path: Path) -> None:
+    # Unpickling an encoder costs a worker about a second (Tokenizer.from_file), which
+    # datasets.map(num_proc=N) paid in every worker on every call, so on every shard of a folder.
+    function = data.EncodeBatches(TINY, engine="tokenizers")
+    pickled = pickle.dumps(function)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_inherited, (pickled, id(function.encoder)))
+    # Where nothing was inherited (a spawned worker, another machine), the bytes are loaded.
+    (tmp_path / "batches.pkl").write_bytes(pickled)
+    got = _unpickle_elsewhere(tmp_path / "batches.pkl")
+    want = function.encoder.encode_messages([{"role": "user", "content": "Hello <|im_end|> there"}])
+    assert got["ids"] == want.input_ids.tolist()
+
+
+def test_the_table_of_loaded_encoders_keeps_none_alive() -> None:
+    import gc
+
+    function = data.EncodeBatches(TINY, engine="tokenizers")
+    token = function._token
+    assert data._LOADED[token] is function.encoder
+    del function
+    gc.collect()
+    assert token not in data._LOADED
+
+
 def test_a_hand_built_vocabulary_pickles(encoder: qe.Encoder) -> None:
     by_hand = qe.Encoder(encoder.vocabulary)
     copy = pickle.loads(pickle.dumps(by_hand))
@@ -437,3 +474,55 @@ def test_encode_ray_on_two_cpus_finishes_and_keeps_rows(
     good = [i for i in range(len(requests)) if i != 7]
     check_rows(encoder, [rows[i] for i in good], [requests[i] for i in good])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no staging left
+
+
+# Loaded by every Python process of the run (Ray's workers inherit PYTHONPATH): each batch is
+# made as slow as a batch of real conversations (seconds), so that a second actor is up before
+# the first is done, and each actor notes its process and its BPE-threads setting. (A patched
+# class cannot be shipped from the driver instead: Ray would pickle it by value, and its
+# super() would no longer name its own class.)
+SLOW_BATCHES = """
+import os
+if os.environ.get("QE_TEST_NOTES"):
+    import time
+    from qwen_encode import data
+
+    real = data.EncodeBatches.__call__
+
+    def slow(self, batch):
+        time.sleep(4)
+        with open(os.environ["QE_TEST_NOTES"], "a") as out:
+            out.write(f"{os.getpid()} {os.environ.get('TOKENIZERS_PARALLELISM')}\\n")
+        return real(self, batch)
+
+    data.EncodeBatches.__call__ = slow
+"""
+
+
+def test_encode_ray_gives_every_actor_work(encoder: qe.Encoder, tmp_path: Path) -> None:
+    # Two batches, two actors: with Ray's default of two blocks in flight per actor, the first
+    # actor up took both and Ray stopped the second as idle. Each actor runs on one thread, as
+    # it is given one core's share (HF tokenizers would start a thread per core in each).
+    pytest.importorskip("ray", reason="ray is not installed: pip install -e .[ray]")
+    requests = (PLAIN * 4)[:32]
+    _write_shards(tmp_path / "in", requests, per_shard=8)
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(SLOW_BATCHES)
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_RUN, str(TINY), str(tmp_path / "in"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=RAY_BOUND_SECONDS,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path / 'hook'}{os.pathsep}{ROOT}",
+            "QE_TEST_NOTES": str(tmp_path / "notes.txt"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {"rows": 32, "errors": {}}
+    notes = [line.split() for line in (tmp_path / "notes.txt").read_text().splitlines()]
+    assert len({pid for pid, _ in notes}) == 2, notes
+    assert {setting for _, setting in notes} == {"false"}, notes
+    check_rows(encoder, _read_folder(tmp_path / "out"), requests)
