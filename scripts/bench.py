@@ -391,13 +391,14 @@ print(statistics.median(times), statistics.median(limits))
 
 def _threads(model: str, count: int, runs: int) -> None:
     """encode_batch on 1 and 2 threads: fresh processes, since the Rust thread pools read their
-    size once (fastokens: RAYON_NUM_THREADS; tokenizers: RAYON_RS_NUM_CPUS)."""
+    size once (fastokens: FASTOKENS_BPE_THREADS; tokenizers: RAYON_RS_NUM_CPUS)."""
     code = _THREADS_CODE.format(scripts=str(ROOT / "scripts"), count=count, model=model, runs=runs)
     seconds: dict[int, tuple[float, float]] = {}
     for threads in (1, 2):
         env = {
             "PATH": "/usr/bin:/bin",
             "HF_HUB_OFFLINE": "1",
+            "FASTOKENS_BPE_THREADS": str(threads),
             "RAYON_NUM_THREADS": str(threads),
             "RAYON_RS_NUM_CPUS": str(threads),
         }
