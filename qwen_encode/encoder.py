@@ -197,8 +197,8 @@ class _Batch:
         items, slots, crossing = mark
         del self.source[items:], self.turn[items:], self.trained[items:]
         del self.crossing[crossing:], self.literal[slots:]
-        for text in list(self.slots)[slots:]:
-            del self.slots[text]
+        while len(self.slots) > slots:
+            self.slots.popitem()  # the last added first: O(what the prompt added)
 
 
 class Encoder:
