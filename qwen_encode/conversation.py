@@ -30,7 +30,14 @@ def surrogate_problem(text: str) -> str | None:
     """Why ``text`` is not text, or None: a lone UTF-16 surrogate is valid in a Python str and
     in JSON (``"\\ud800"``) but has no UTF-8 form and no token, so a tokenizer fails the whole
     batch on it and a writer the whole output. ASCII (the common case) is cleared in C."""
-    if text.isascii() or (found := _SURROGATE.search(text)) is None:
+    if text.isascii():
+        return None
+    try:
+        text.encode()  # UTF-8 refuses lone surrogates and nothing else: 3x faster than the regex
+        return None
+    except UnicodeEncodeError:
+        found = _SURROGATE.search(text)
+    if found is None:  # pragma: no cover - encode() refused, so there is one
         return None
     return (
         f"holds a lone UTF-16 surrogate (U+{ord(found.group()):04X} at character "

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 
 from . import markers as mk
 from .conversation import (
+    MAX_JSON_DEPTH,
     ImageBlock,
     TextBlock,
     ToolCall,
@@ -147,7 +148,7 @@ class _Builder:
         if field is None:
             self._pending.append(text)
             return
-        if problem := surrogate_problem(text):
+        if not text.isascii() and (problem := surrogate_problem(text)):
             raise self.error(problem, field)
         if self._pending:
             self._flush()
@@ -287,9 +288,18 @@ def _tool_signature_lines(tools: Any) -> list[str]:
             raise PromptError(
                 f"a tool must be a JSON object, got {type(tool).__name__}", field=where
             )
-        if problem := json_depth_problem(tool):
+        try:
+            line: str | None = json.dumps(tool, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            line = None  # named below: too deep first, as a walk before the dump would say
+        # Each object or array of the tool writes one "{" or "[": a text with no more of them
+        # than the limit cannot nest past it, so only such a text needs the walk in Python
+        # (a tenth of rendering a conversation with tools, done for every tool of every one).
+        if (line is None or line.count("{") + line.count("[") > MAX_JSON_DEPTH) and (
+            problem := json_depth_problem(tool)
+        ):
             raise PromptError(problem, field=where)
-        lines.append(_tojson(tool, where))
+        lines.append(_tojson(tool, where) if line is None else line)
     return lines
 
 
@@ -426,6 +436,9 @@ def _trim(segments: list[Segment], start: int) -> None:
 def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bool:
     """Template lines 97-100: a user turn whose trimmed content starts with ``<tool_response>``
     and ends with ``</tool_response>`` is not a real query (multi-step tool use)."""
+    if isinstance(turn.content, str):  # what the rendering below comes to for plain text
+        text = turn.content.strip()
+        return text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)
     b = _Builder()
     b.begin(index, False)
     _content_segments(b, turn, index, None, add_vision_id)

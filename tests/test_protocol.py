@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import pytest
 
@@ -571,6 +572,43 @@ def test_deep_or_huge_tools_are_a_prompt_error(tools) -> None:
     with pytest.raises(qe.PromptError) as raised:
         qe.format_prompt([{"role": "user", "content": "q"}], tools=tools)
     assert raised.value.field in ("tools", "tools[0]")
+
+
+class _Schema(Mapping):
+    """A read-only mapping that is not a dict: json.dumps refuses it, the template's tojson
+    never sees such a thing from JSON, and the depth check must still walk it."""
+
+    def __init__(self, inner: dict) -> None:
+        self._inner = inner
+
+    def __getitem__(self, key: str) -> object:
+        return self._inner[key]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._inner)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+def test_tool_depth_is_counted_in_containers_not_in_brackets() -> None:
+    # The depth check is skipped when the JSON text holds no more "{" and "[" than the limit;
+    # brackets inside strings only add to that count, so a shallow tool full of them renders...
+    text = "{[" * 300
+    prompt = qe.format_prompt(
+        [{"role": "user", "content": "q"}], tools=[{"name": "f", "description": text}]
+    )
+    assert json.dumps({"name": "f", "description": text}, ensure_ascii=False) in prompt.text
+    # ...at exactly the limit too, and one deeper is refused by name, as is a deep value the
+    # dump cannot even write (a Mapping that is not a dict).
+    at_limit = {"name": "f", "parameters": json.loads("[" * 99 + "]" * 99)}
+    qe.format_prompt([{"role": "user", "content": "q"}], tools=[at_limit])
+    past = {"name": "f", "parameters": json.loads("[" * 100 + "]" * 100)}
+    unwritable = {"name": "f", "parameters": _Schema(_deep(60))}
+    for tool in (past, unwritable):
+        with pytest.raises(qe.PromptError, match="nests more than 100") as raised:
+            qe.format_prompt([{"role": "user", "content": "q"}], tools=[tool])
+        assert raised.value.field == "tools[0]"
 
 
 def test_huge_integer_argument_is_a_prompt_error() -> None:
