@@ -644,13 +644,19 @@ def encode_parquet(
         if num_proc is not None and num_proc > 1:
             import datasets
 
-            dataset = datasets.Dataset.from_parquet(str(shard), keep_in_memory=True)
-            encoded = encode_dataset(
-                dataset, encoder, num_proc=num_proc, columns=columns, batch_size=batch_size
-            )
-            table = encoded.data.table
-            part = summarize(table)
-            write_parquet(kept_rows(table, drop_errors), out)
+            # Memory-mapped Arrow files, not keep_in_memory: in memory, datasets pickles each
+            # worker's rows to it and its token lists back through a pipe, in this process's one
+            # thread (num_proc=2 scaled 1.42-1.97x that way, 1.78-2.06x mapped; README). The
+            # cache sits beside the output, on the disk that has room for it, and goes with it.
+            with tempfile.TemporaryDirectory(prefix=".qwen-encode-cache-", dir=out.parent) as cache:
+                dataset = datasets.Dataset.from_parquet(str(shard), cache_dir=cache)
+                encoded = encode_dataset(
+                    dataset, encoder, num_proc=num_proc, columns=columns, batch_size=batch_size
+                )
+                table = encoded.data.table
+                part = summarize(table)
+                write_parquet(kept_rows(table, drop_errors), out)
+                del dataset, encoded, table  # the files they map are deleted next
             part = _with(part, dropped=part.error_rows if drop_errors else 0, shards_written=1)
             if progress is not None:
                 progress(part)

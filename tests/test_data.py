@@ -261,6 +261,26 @@ def test_encode_parquet_folder(encoder: qe.Encoder, tmp_path: Path, num_proc: in
     assert summary.tokens == sum(len(expected(encoder, r)) for r in requests)
 
 
+def test_encode_parquet_with_workers_maps_its_input_from_files(
+    encoder: qe.Encoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In memory, datasets pickles every worker's rows and results through a pipe; memory-mapped,
+    # workers read and write Arrow files. The cache goes with the shard (the folder test above
+    # sees nothing but the output shards).
+    _write_shards(tmp_path / "in", PLAIN * 2, per_shard=len(PLAIN))
+    seen: list[int] = []
+    real = data.encode_dataset
+
+    def spy(dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(len(dataset.cache_files))
+        return real(dataset, *args, **kwargs)
+
+    monkeypatch.setattr(data, "encode_dataset", spy)
+    data.encode_parquet(encoder, tmp_path / "in", tmp_path / "out", num_proc=2, batch_size=2)
+    assert seen and all(count > 0 for count in seen)
+    check_rows(encoder, _read_folder(tmp_path / "out"), PLAIN * 2)
+
+
 def test_interrupted_shard_leaves_nothing_and_resume_skips_finished(
     encoder: qe.Encoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
