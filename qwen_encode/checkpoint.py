@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import stat
@@ -327,3 +328,20 @@ def _resolve_hub(
         from_hub=True,
         revision=revision,
     )
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a checkpoint file, read in 1 MiB blocks; ``OSError`` when it cannot be."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def derived_cache_path(kind: str, name: str) -> Path:
+    """Where a result derived from checkpoint files is kept between runs (``kind``: the engine
+    proofs, the dead-token check), under ``$XDG_CACHE_HOME/qwen-encode`` (``~/.cache`` when
+    unset). ``name`` carries whatever the result depends on (file hashes, library versions)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "qwen-encode" / kind / name

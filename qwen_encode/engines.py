@@ -11,9 +11,7 @@ per vocabulary per machine.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
@@ -23,6 +21,8 @@ from typing import Protocol
 
 import numpy as np
 from tokenizers import PreTokenizedString, Tokenizer
+
+from .checkpoint import derived_cache_path, file_sha256
 
 __all__ = [
     "Engine",
@@ -174,17 +174,8 @@ _PROBE_SET = 2
 
 
 def _proof_path(vocabulary_sha256: str, version: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     name = f"{vocabulary_sha256}-fastokens-{version}-probes{_PROBE_SET}"
-    return Path(base) / "qwen-encode" / "engine-proofs" / name
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return derived_cache_path("engine-proofs", name)
 
 
 def load_fastokens(
@@ -207,7 +198,7 @@ def load_fastokens(
     except Exception as error:  # ImportError, or any failure of the native loader
         say(f"fastokens unavailable ({error}); encoding with tokenizers")
         return None
-    proof = _proof_path(_sha256(tokenizer_json), version)
+    proof = _proof_path(file_sha256(tokenizer_json), version)
     if proof.is_file():
         return engine
     texts = probe_texts(added_tokens)

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 import numpy as np
 import tokenizers
 
-from .checkpoint import resolve_checkpoint
+from .checkpoint import derived_cache_path, file_sha256, resolve_checkpoint
 from .errors import PromptError
 from .markers import ALL_ADDED_TOKENS, END_OF_TEXT, TURN_CLOSE
 from .protocol import format_prompt
@@ -981,12 +981,11 @@ def _cached_dead_tokens(tokenizer: tokenizers.Tokenizer, tokenizer_json: Path) -
     checks their shared vocabulary once. A cache that cannot be read or written only means the
     check runs."""
     try:
-        digest = hashlib.sha256(tokenizer_json.read_bytes()).hexdigest()
+        digest = file_sha256(tokenizer_json)
     except OSError:
         return dead_tokens(tokenizer)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     name = f"{digest}-tokenizers-{tokenizers.__version__}-v{_DEAD_CACHE_VERSION}.json"
-    path = Path(base) / "qwen-encode" / "dead-tokens" / name
+    path = derived_cache_path("dead-tokens", name)
     try:
         return DeadTokens.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
