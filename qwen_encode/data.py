@@ -534,9 +534,13 @@ def encode_dataset(
     if num_proc is not None and (
         isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1
     ):
-        raise PromptError(f"must be a positive integer or None, got {shown(num_proc)}", "num_proc")
+        raise PromptError(
+            f"must be a positive integer or None, got {shown(num_proc)}", field="num_proc"
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise PromptError(f"must be a positive integer, got {shown(batch_size)}", "batch_size")
+        raise PromptError(
+            f"must be a positive integer, got {shown(batch_size)}", field="batch_size"
+        )
     function = EncodeBatches(source, columns, markers_in_text=markers_in_text, engine=engine)
     if keep_columns:
         clash = sorted(set(dataset.column_names) & set(COLUMNS[columns]))
@@ -740,7 +744,9 @@ def encode_ray(
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     count = actors if actors is not None else cpus
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise PromptError(f"must be a positive integer or None, got {shown(actors)}", "actors")
+        raise PromptError(
+            f"must be a positive integer or None, got {shown(actors)}", field="actors"
+        )
     # The actors together hold every CPU but one, so a 1-CPU task (listing files, reading a
     # shard, writing one) can always be scheduled beside them; their real use is a core each.
     actor_cpus = max(0.0, cpus - 1.0) / count

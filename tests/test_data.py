@@ -208,6 +208,20 @@ def test_encode_dataset_equals_encode_messages(encoder: qe.Encoder, num_proc: in
     check_rows(encoder, out.to_list(), requests)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("num_proc", 0), ("num_proc", True), ("batch_size", 0), ("batch_size", "8")],
+)
+def test_encode_dataset_refuses_a_bad_count_naming_it(
+    encoder: qe.Encoder, option: str, value: Any
+) -> None:
+    # A PromptError naming the option, not the TypeError a positional field raised.
+    dataset = datasets.Dataset.from_list([as_json_text(_struct_requests()[0])])
+    with pytest.raises(qe.PromptError) as raised:
+        data.encode_dataset(dataset, encoder, **{option: value})
+    assert raised.value.field == option
+
+
 def test_encode_dataset_keeps_error_rows_in_place(encoder: qe.Encoder, tmp_path: Path) -> None:
     rows = [as_json_text(r) for r in MIXED]
     out = data.encode_dataset(datasets.Dataset.from_list(rows), encoder, num_proc=2, batch_size=3)
