@@ -705,10 +705,15 @@ def plan_prompt(
             raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
     if not turns:
         raise PromptError("No messages provided.")
-    effort = ReasoningEffort.parse(
-        ReasoningEffort.XHIGH if reasoning_effort is None else reasoning_effort
-    )
-    instruction = _REASONING_INSTRUCTIONS[effort] if enable_thinking else ""
+    # The template resolves and checks the effort only while thinking (its `if enable_thinking is
+    # undefined or enable_thinking is true` block): with thinking off any value renders, OpenAI's
+    # "none" included.
+    instruction = ""
+    if enable_thinking:
+        effort = ReasoningEffort.parse(
+            ReasoningEffort.XHIGH if reasoning_effort is None else reasoning_effort
+        )
+        instruction = _REASONING_INSTRUCTIONS[effort]
     if previous is not None and (
         continue_final_message or not previous.layouts or len(previous.layouts) > len(turns)
     ):

@@ -142,3 +142,15 @@ def test_template_errors_keep_their_message(oracle, message, messages, kwargs) -
         qe.format_prompt(messages, **kwargs)
     assert ours.value.reason == message
     assert isinstance(ours.value, ValueError)
+
+
+@pytest.mark.parametrize("effort", ["none", "high", "max", "bogus", 3])
+def test_thinking_off_renders_any_effort(oracle, effort: Any) -> None:
+    # The template checks the effort only while thinking: OpenAI's "none" (which vLLM passes
+    # along with enable_thinking false) and any other value render the thinking-off prompt.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    kwargs = {"enable_thinking": False, "reasoning_effort": effort}
+    expected = oracle.apply_chat_template(
+        copy.deepcopy(messages), tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    assert qe.format_prompt(messages, **kwargs).text == expected
