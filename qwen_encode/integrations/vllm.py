@@ -72,6 +72,25 @@ def _tool_call_deltas(index: int, call: QeToolCall, arguments: str) -> list[Delt
     ]
 
 
+def _delta_message(
+    *, reasoning: str, content: str, tool_calls: list[DeltaToolCall]
+) -> DeltaMessage | None:
+    """One stream delta, or None when it says nothing. Every field is given to the constructor:
+    vLLM serializes stream chunks with ``exclude_unset``, and a list filled in place after
+    construction was never "set", so the client received ``finish_reason: "tool_calls"`` and no
+    calls."""
+    if not (reasoning or content or tool_calls):
+        return None
+    fields: dict[str, Any] = {}
+    if reasoning:
+        fields["reasoning"] = reasoning
+    if content:
+        fields["content"] = content
+    if tool_calls:
+        fields["tool_calls"] = tool_calls
+    return DeltaMessage(**fields)
+
+
 def _markers(tokenizer: Any) -> TokenizerMarkers:
     markers = TokenizerMarkers(tokenizer)
     if markers.think_close is None or markers.tool_call_open is None:
@@ -206,8 +225,7 @@ class QwenEncodeReasoningParser(ReasoningParser):
             return None
         self._phase = "done"
         reasoning, content = [], Trimmed()
-        delta = DeltaMessage()
-        answer = []
+        answer, calls = [], []
         try:
             events = self._parser.flush()
         except ParseError as error:
@@ -224,15 +242,15 @@ class QwenEncodeReasoningParser(ReasoningParser):
                 answer.append(content.feed(event.text))
             elif isinstance(event, ToolCallEvent):
                 call = event.call
-                delta.tool_calls.extend(_tool_call_deltas(event.index, call, arguments_json(call)))
+                calls += _tool_call_deltas(event.index, call, arguments_json(call))
         unterminated = self._parser.finish().unterminated
         if unterminated is not None:
             answer.append(content.feed(unterminated))
-        delta.reasoning = self._reasoning.feed("".join(reasoning)) or None
-        delta.content = "".join(answer) or None
-        if delta.reasoning is None and delta.content is None and not delta.tool_calls:
-            return None
-        return delta
+        return _delta_message(
+            reasoning=self._reasoning.feed("".join(reasoning)),
+            content="".join(answer),
+            tool_calls=calls,
+        )
 
 
 @ToolParserManager.register_module(PARSER_NAME)
@@ -282,14 +300,12 @@ class QwenEncodeToolParser(ToolParser):
         return self._message(self._stream.finish())
 
     def _message(self, delta: Delta) -> DeltaMessage | None:
-        message = DeltaMessage(content=delta.content or None, reasoning=delta.reasoning or None)
+        calls: list[DeltaToolCall] = []
         for index, call in delta.calls:
             arguments = arguments_json(call)
-            message.tool_calls.extend(_tool_call_deltas(index, call, arguments))
+            calls += _tool_call_deltas(index, call, arguments)
             # What the serving layer reads back at the end (get_remaining_unstreamed_args).
             self.current_tool_id = index
             self.prev_tool_call_arr.append({"name": call.name, "arguments": dict(call.arguments)})
             self.streamed_args_for_tool.append(arguments)
-        if message.content is None and message.reasoning is None and not message.tool_calls:
-            return None
-        return message
+        return _delta_message(reasoning=delta.reasoning, content=delta.content, tool_calls=calls)
