@@ -149,11 +149,21 @@ def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
     )
 
 
-def request_options(value: Any, ignored: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The ``format_prompt`` arguments of one request (a dict in the ``qwen-encode encode``
-    shape). Raises ``PromptError`` whose reason names the request field when the request itself
-    has the wrong shape (what the command line reports as ``RequestError``); what is inside the
-    messages is checked by ``format_prompt``. ``ignored`` is told each unknown field's name."""
+def request_options(
+    value: Any,
+    ignored: Callable[[str], None] | None = None,
+    *,
+    reasoning_effort_map: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``format_prompt`` arguments of one chat request, read as vLLM reads it (the
+    ``qwen-encode encode`` shape; the data functions and the vLLM renderer use this too).
+
+    The top-level ``reasoning_effort`` is first rewritten by ``reasoning_effort_map`` (vLLM's
+    ``--reasoning-effort-map``); OpenAI's ``"none"`` turns thinking off unless
+    ``chat_template_kwargs.enable_thinking`` says otherwise, as vLLM's ``build_chat_params`` does.
+    Raises ``PromptError`` whose reason names the request field when the request itself has the
+    wrong shape (what the command line reports as ``RequestError``); what is inside the messages
+    is checked by ``format_prompt``. ``ignored`` is told each unknown field's name."""
     if not isinstance(value, dict):
         raise PromptError(f"a request must be a JSON object, got a JSON {json_type(value)}")
     if "messages" not in value:
@@ -185,7 +195,16 @@ def request_options(value: Any, ignored: Callable[[str], None] | None = None) ->
     # also writes null for every kwarg a row lacks when the column is a struct.
     options = {key: v for key, v in kwargs.items() if v is not None}
     top_effort = value.get("reasoning_effort")
-    if top_effort is not None:
+    if isinstance(top_effort, str) and reasoning_effort_map:
+        top_effort = reasoning_effort_map.get(top_effort, top_effort)
+    if top_effort == "none":
+        # OpenAI's "no reasoning": vLLM sets enable_thinking false unless the request set it.
+        if options.get("enable_thinking") is True:
+            raise PromptError(
+                'reasoning_effort "none" conflicts with chat_template_kwargs.enable_thinking true'
+            )
+        options["enable_thinking"] = False
+    elif top_effort is not None:
         inner = options.get("reasoning_effort")
         if inner is not None and inner != top_effort:
             raise PromptError(

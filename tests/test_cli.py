@@ -251,6 +251,28 @@ def test_request_options_take_effect() -> None:
     assert ids[5] != ids[3]
 
 
+def test_openai_reasoning_effort_none_turns_thinking_off() -> None:
+    # vLLM's reading of OpenAI's "none": enable_thinking false unless the request set it.
+    lines = [
+        request(reasoning_effort="none"),
+        request(chat_template_kwargs={"enable_thinking": False}),
+        request(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True}),
+    ]
+    result = run("encode", "--model", TINY, stdin="\n".join(lines) + "\n")
+    answers = records(result.stdout)
+    assert answers[0]["input_ids"] == answers[1]["input_ids"]
+    assert 'reasoning_effort "none" conflicts' in answers[2]["error"]["message"]
+
+
+def test_the_reasoning_effort_map_rewrites_the_top_level_effort() -> None:
+    from qwen_encode.data import request_options
+
+    request_body = {"messages": [], "reasoning_effort": "high"}
+    options = request_options(request_body, reasoning_effort_map={"high": "xhigh"})
+    assert options["reasoning_effort"] == "xhigh"
+    assert request_options(request_body)["reasoning_effort"] == "high"
+
+
 def test_empty_input_gives_empty_output(tmp_path: Path) -> None:
     result = run("encode", "--model", TINY, stdin=b"")
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")

@@ -1,9 +1,11 @@
-"""qwen-encode's parser as vLLM's ``qwen_encode`` tool parser and reasoning parser.
+"""qwen-encode's parser as vLLM's ``qwen_encode`` tool parser and reasoning parser, and the
+registration of its renderer.
 
 Turned on by ``vllm serve … --tool-call-parser qwen_encode --reasoning-parser qwen_encode
 --enable-auto-tool-choice`` once ``qwen-encode[vllm]`` is installed (the ``vllm.general_plugins``
 entry point imports this module), or explicitly with ``--tool-parser-plugin
-qwen_encode.integrations.vllm``.
+qwen_encode.integrations.vllm``. ``--tokenizer-mode qwen_encode`` renders the prompts too
+(``vllm_renderer``).
 
 vLLM 0.33 composes the two (``ParserManager.get_parser``) into one parser per request: the
 reasoning parser reads the output's token IDs until reasoning ends, the tool parser reads the
@@ -49,13 +51,22 @@ from vllm.entrypoints.generate.base.protocol import (  # noqa: E402
 )
 from vllm.reasoning import ReasoningParser, ReasoningParserManager  # noqa: E402
 from vllm.renderers.chat_utils import make_tool_call_id  # noqa: E402
+from vllm.renderers.registry import RENDERER_REGISTRY  # noqa: E402
+from vllm.tokenizers.registry import TokenizerRegistry  # noqa: E402
 from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager  # noqa: E402
 
 __all__ = ["QwenEncodeReasoningParser", "QwenEncodeToolParser", "register"]
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: importing this module registered both parsers."""
+    """The ``vllm.general_plugins`` entry point. Importing this module registered both parsers;
+    this adds the tokenizer mode ``qwen_encode``: vLLM's own Hugging Face tokenizer for token
+    operations, and qwen-encode's renderer for chat prompts, named by class path so that it is
+    imported only when the mode is chosen."""
+    TokenizerRegistry.register(PARSER_NAME, "vllm.tokenizers.hf", "CachedHfTokenizer")
+    RENDERER_REGISTRY.register(
+        PARSER_NAME, "qwen_encode.integrations.vllm_renderer", "QwenEncodeRenderer"
+    )
 
 
 def _tool_call_deltas(index: int, call: QeToolCall, arguments: str) -> list[DeltaToolCall]:
