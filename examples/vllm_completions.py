@@ -23,14 +23,15 @@ from typing import Any
 import qwen_encode as qe
 from qwen_encode import markers as mk
 
-# The encode command's own request mapping and stop-token rule, so the recipe cannot drift
-# from `qwen-encode encode` / `qwen-encode parse`.
-from qwen_encode.cli import _request, _strip_stop_ids
+# The request mapping `qwen-encode encode` and the vLLM renderer use, and the parse command's
+# stop-token rule, so the recipe cannot drift from them.
+from qwen_encode.cli import _strip_stop_ids
+from qwen_encode.data import request_options
 
 
 def prompt_ids(encoder: qe.Encoder, request: Mapping[str, Any]) -> tuple[list[int], bool]:
     """The request's prompt IDs, and whether its primer left ``<think>`` open."""
-    prompt = _request(dict(request), 1, None).prompt
+    prompt = qe.format_prompt(**request_options(dict(request)))
     ids = encoder.encode(prompt).input_ids.tolist()
     opened, closed = encoder.marker_ids[mk.THINK_OPEN], encoder.marker_ids[mk.THINK_CLOSE]
     last = next((i for i in reversed(ids) if i in (opened, closed)), None)
