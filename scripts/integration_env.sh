@@ -46,7 +46,7 @@ group_vllm() {
 group_sglang() {
     make_venv sglang -e ".[sglang]" "sglang==0.5.23" "pytest>=8" "hypothesis>=6.100"
     refresh sglang
-    run_tests sglang tests/integrations/test_sglang.py
+    run_tests sglang tests/integrations/test_sglang.py tests/integrations/test_sglang_serving.py
 }
 
 # torch is pinned to the CPU build that lies on this machine's disk: a bare "torch" (or TRL asking

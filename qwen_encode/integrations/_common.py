@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 from .. import markers as mk
 from ..conversation import ToolCall
+from ..encoder import MarkersInText
 from ..errors import ParseError
 from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
 
@@ -51,6 +53,20 @@ def require_engine(distribution: str, minimum: tuple[int, ...]) -> None:
             f"qwen_encode.integrations needs {distribution}>={wanted}, found {installed}: "
             f'pip install -U "qwen-encode[{distribution}]"'
         )
+
+
+#: The server-level switch of the renderers for caller text that spells a control token.
+MARKERS_ENV = "QWEN_ENCODE_MARKERS_IN_TEXT"
+
+
+def markers_in_text_mode() -> MarkersInText:
+    """The renderers' ``markers_in_text``: "literal" (the safety model) unless the server's
+    environment chooses "reject" or "atomic"; anything else stops the server naming the
+    variable."""
+    mode = os.environ.get(MARKERS_ENV, "literal")
+    if mode not in ("literal", "reject", "atomic"):
+        raise ValueError(f"{MARKERS_ENV}={mode!r}: must be literal, reject or atomic")
+    return cast(MarkersInText, mode)
 
 
 def tool_dicts(tools: Any) -> list[dict[str, Any]] | None:

@@ -6,6 +6,10 @@ Turned on by ``python -m sglang.launch_server … --tool-call-parser qwen_encode
 ``FunctionCallParser.ToolCallParserEnum`` and ``ReasoningParser.DetectorMap`` (which the CLI
 choices are read from).
 
+The same parser name makes qwen-encode render the prompts (``sglang_renderer``): SGLang picks a
+model's native chat encoding by its tool-call parser for Kimi K3 and DeepSeek, and ``register``
+adds ``qwen_encode`` to that choice.
+
 SGLang hands its detectors text, so markers are matched in text here (any spelling); the
 reasoning detector splits at the first ``</think>`` and passes the answer on trimmed, the tool
 detector reads it with one ``StreamParser`` per request, typed by the request's tools.
@@ -154,10 +158,56 @@ class QwenEncodeReasoningDetector(_reasoning.BaseReasoningFormatDetector):
         return _reasoning.StreamingParseResult(normal_text=answer, reasoning_text=reasoning)
 
 
+#: Every SGLang name outside its documented plugin surface that ``register`` touches, for
+#: checking them again when the pinned SGLang version moves.
+SGLANG_PRIVATE_HOOKS = (
+    # the native chat encodings' builder table (no public registration function)
+    "sglang.srt.entrypoints.openai.chat_encoding_adapters._BUILDERS",
+    # the fixed chooser of a model's chat encoding, wrapped to choose ours by the parser name
+    "sglang.srt.entrypoints.openai.chat_encoding.resolve_chat_encoding_spec",
+)
+
+
+def _build_encoding(context: Any) -> Any:
+    # Imported only when a server chose the encoding (it loads the checkpoint's vocabulary).
+    from .sglang_renderer import QwenEncodeChatEncodingAdapter
+
+    if context.tokenizer is None:
+        return None  # --skip-tokenizer-init: the server encodes no chat prompts
+    return QwenEncodeChatEncodingAdapter(
+        model_path=context.model_path,
+        revision=context.revision,
+        default_chat_template_kwargs=context.default_chat_template_kwargs,
+    )
+
+
+def _register_encoding() -> None:
+    """``--tool-call-parser qwen_encode`` also renders the prompts, as SGLang chooses the Kimi
+    K3 and DeepSeek encodings by their parser names."""
+    from sglang.srt.entrypoints.openai import chat_encoding, chat_encoding_adapters
+
+    chat_encoding_adapters._BUILDERS[PARSER_NAME] = {"builtin": _build_encoding}
+    chooser = chat_encoding.resolve_chat_encoding_spec
+    if getattr(chooser, "qwen_encode", False):
+        return  # plugins may be loaded more than once in a process
+
+    def resolve_chat_encoding_spec(
+        *, hf_config: Any, tokenizer: Any, tool_call_parser: str | None = None
+    ) -> str | None:
+        if tool_call_parser == PARSER_NAME:
+            return PARSER_NAME
+        return chooser(hf_config=hf_config, tokenizer=tokenizer, tool_call_parser=tool_call_parser)
+
+    resolve_chat_encoding_spec.qwen_encode = True  # type: ignore[attr-defined]
+    chat_encoding.resolve_chat_encoding_spec = resolve_chat_encoding_spec
+
+
 def register() -> None:
-    """The ``sglang.srt.plugins`` entry point: both parsers under ``qwen_encode``."""
+    """The ``sglang.srt.plugins`` entry point: both parsers under ``qwen_encode``, and the chat
+    encoding they choose."""
     FunctionCallParser.ToolCallParserEnum[PARSER_NAME] = QwenEncodeDetector
     _reasoning.ReasoningParser.DetectorMap[PARSER_NAME] = QwenEncodeReasoningDetector
+    _register_encoding()
 
 
 register()

@@ -18,15 +18,14 @@ that turn.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, cast
 
 from ..data import request_options
-from ..encoder import Encoder, MarkersInText
+from ..encoder import Encoder
 from ..errors import QwenEncodeError
 from ..protocol import format_prompt
-from ._common import require_engine
+from ._common import markers_in_text_mode, require_engine
 
 require_engine("vllm", (0, 33))
 
@@ -44,10 +43,7 @@ from vllm.renderers.params import ChatParams  # noqa: E402
 from vllm.tokenizers.hf import HfTokenizer  # noqa: E402
 from vllm.utils.async_utils import make_async  # noqa: E402
 
-__all__ = ["MARKERS_ENV", "VLLM_TEMPLATE_KEYS", "QwenEncodeRenderer", "request_from_params"]
-
-#: The server-level switch for caller text that spells a control token.
-MARKERS_ENV = "QWEN_ENCODE_MARKERS_IN_TEXT"
+__all__ = ["VLLM_TEMPLATE_KEYS", "QwenEncodeRenderer", "request_from_params"]
 
 #: The template arguments vLLM 0.33 adds to every chat request itself (``build_chat_params``,
 #: ``OnlineRenderer.preprocess_chat``, ``ChatParams.get_apply_chat_template_kwargs``). They are
@@ -102,13 +98,6 @@ def request_from_params(
     return request
 
 
-def _markers_in_text() -> MarkersInText:
-    mode = os.environ.get(MARKERS_ENV, "literal")
-    if mode not in ("literal", "reject", "atomic"):
-        raise ValueError(f"{MARKERS_ENV}={mode!r}: must be literal, reject or atomic")
-    return cast(MarkersInText, mode)
-
-
 class QwenEncodeRenderer(BaseRenderer[HfTokenizer]):
     """Renders chat requests with qwen-encode; everything after the prompt IDs (tokenization
     parameters, multimodal processing, truncation) is vLLM's own ``BaseRenderer``."""
@@ -119,7 +108,7 @@ class QwenEncodeRenderer(BaseRenderer[HfTokenizer]):
         self.encoder = Encoder.from_pretrained(
             str(model_config.tokenizer),
             revision=model_config.tokenizer_revision,
-            markers_in_text=_markers_in_text(),
+            markers_in_text=markers_in_text_mode(),
         )
         self._render_async = make_async(self._render, executor=self._executor)
 
