@@ -89,6 +89,22 @@ def test_streamed_calls_were_missing_before_the_fix(ours: Server) -> None:
     assert [name for name, _ in calls] == ["get_weather", "get_weather"]
 
 
+@pytest.mark.parametrize("case", [*ALL, UNTERMINATED], ids=lambda c: c.name)
+def test_derender_reads_as_the_chat_endpoint(ours: Server, case: Case) -> None:
+    # The disaggregated path: IDs from /inference/v1/generate, turned into the chat answer by
+    # /v1/chat/completions/derender with the same parsers.
+    request = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": case.tools,
+        "chat_template_kwargs": {"enable_thinking": case.thinking},
+    }
+    prompt = _prompt(ours, request)
+    ids = ours.tokenizer.encode(case.text, add_special_tokens=False)
+    response = ours.derender(request, prompt, [*ids, ours.tokenizer.eos_token_id])
+    assert response.status_code == 200, response.text
+    assert message_reading(response.json()) == _expected(case)
+
+
 # -- the prompt side ---------------------------------------------------------------------------
 
 

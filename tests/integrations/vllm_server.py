@@ -22,9 +22,12 @@ from vllm.config import MultiModalConfig
 from vllm.entrypoints.openai.chat_completion.api_router import attach_router
 from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
 from vllm.entrypoints.openai.models.serving import BaseModelPath, OpenAIServingModels
+from vllm.entrypoints.scale_out.derender.api_router import router as derender_router
+from vllm.entrypoints.scale_out.derender.serving import ServingDerender
 from vllm.entrypoints.serve.exception_handling.register import init_exception_handler
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.renderers.hf import HfRenderer
+from vllm.renderers.online_derenderer import OnlineDerenderer
 from vllm.renderers.online_renderer import OnlineRenderer
 from vllm.sampling_params import RequestOutputKind
 from vllm.tokenizers.registry import cached_tokenizer_from_config
@@ -71,8 +74,15 @@ class ModelConfig:
     renderer_num_workers = 1
     enable_prompt_embeds = False
 
+    max_logprobs = 20
+
     def get_diff_sampling_param(self) -> dict[str, Any]:
         return {}
+
+    def try_get_generation_config(self) -> dict[str, Any]:
+        # The checkpoint's generation_config.json, as vLLM reads it (its eos_token_id list).
+        path = Path(self.tokenizer) / "generation_config.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
     def get_vocab_size(self) -> int:
         return 248320
@@ -148,8 +158,26 @@ class Server:
             headers={"content-type": "application/json"},
         )
 
+    def derender(self, chat_request: dict[str, Any], prompt: list[int], ids: list[int]) -> Any:
+        """``/v1/chat/completions/derender``: token IDs from a token-in/token-out engine and
+        the chat request they answer, in; the chat completion a client would have got, out."""
+        body = {
+            "generate_response": {"choices": [{"index": 0, "token_ids": ids}]},
+            "chat_request": {"model": MODEL, **chat_request},
+            "prompt_token_ids": prompt,
+        }
+        return self.client.post(
+            "/v1/chat/completions/derender",
+            content=json.dumps(body),
+            headers={"content-type": "application/json"},
+        )
+
     def prompt_ids(self) -> list[int]:
         return list(self.replay.prompts[-1]["prompt_token_ids"])
+
+
+def attach_derender_router(app: FastAPI) -> None:
+    app.include_router(derender_router)
 
 
 def make_server(
@@ -200,10 +228,21 @@ def make_server(
         enable_auto_tools=parsers,
         **names,
     )
+    derenderer = OnlineDerenderer(
+        model_config=config,
+        renderer=chosen,
+        request_logger=None,
+        chat_template=None,
+        chat_template_content_format="auto",
+        enable_auto_tools=parsers,
+        **names,
+    )
     app = FastAPI()
     attach_router(app)
+    attach_derender_router(app)
     init_exception_handler(app)  # as vLLM's api_server: VLLMValidationError is a 400
     app.state.openai_serving_chat = serving
+    app.state.serving_derender = ServingDerender(models, derenderer)
     # The server's parsed flags, as the handlers read them.
     app.state.args = SimpleNamespace(log_error_stack=False, sse_keep_alive_interval=0)
     return Server(TestClient(app), replay, tokenizer, chosen)
