@@ -40,7 +40,8 @@ refresh() {
 group_vllm() {
     make_venv vllm -e ".[vllm]" "vllm==0.33.0" "pytest>=8" "hypothesis>=6.100"
     refresh vllm
-    run_tests vllm tests/integrations/test_vllm.py tests/integrations/test_vllm_serving.py
+    run_tests vllm tests/integrations/test_vllm.py tests/integrations/test_vllm_serving.py \
+        tests/integrations/test_vllm_render_server.py
 }
 
 group_sglang() {

@@ -46,11 +46,13 @@ from vllm.utils.async_utils import make_async  # noqa: E402
 __all__ = ["VLLM_TEMPLATE_KEYS", "QwenEncodeRenderer", "request_from_params"]
 
 #: The template arguments vLLM 0.33 adds to every chat request itself (``build_chat_params``,
-#: ``OnlineRenderer.preprocess_chat``, ``ChatParams.get_apply_chat_template_kwargs``). They are
-#: read here; any other key comes from the client or ``--default-chat-template-kwargs`` and must
-#: be one the Qwen 3.8 template reads.
+#: ``OnlineRenderer.preprocess_chat``, ``ChatParams.get_apply_chat_template_kwargs``, and the
+#: ``--cohere-format`` default that ``resolve_default_chat_template_kwargs`` puts into every
+#: server's defaults). They are read or ignored here; any other key comes from the client or
+#: ``--default-chat-template-kwargs`` and must be one the Qwen 3.8 template reads.
 VLLM_TEMPLATE_KEYS = frozenset(
     {
+        "cohere_format",
         "add_generation_prompt",
         "continue_final_message",
         "documents",

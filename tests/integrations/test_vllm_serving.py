@@ -207,6 +207,8 @@ def test_reasoning_effort_none_and_the_effort_map(qwen38_dir: Path, ours: Server
 def test_chat_template_flag_stops_the_server(ours: Server) -> None:
     from vllm.renderers.params import ChatParams
 
+    # What every server passes: vLLM puts its --cohere-format default into the defaults.
+    ours.renderer.warmup(ChatParams(chat_template_kwargs={"cohere_format": "cmd4"}))
     with pytest.raises(ValueError, match="--chat-template"):
         ours.renderer.warmup(ChatParams(chat_template="{{ messages }}"))
     with pytest.raises(ValueError, match=r"--default-chat-template-kwargs.*enable_thinkng"):
