@@ -2,9 +2,10 @@
 
 A prompt's segments say who wrote each piece (a marker or text of the protocol, or a caller's
 field of some message); byte-level BPE tokens spell the UTF-8 bytes of the text in order and
-every marker is one token, so each token belongs to the segment its first byte is in. The
-template's joins fall where a pre-token ends (after ``\\n``, before trimmed text), so no token
-straddles a protocol piece and a caller's field.
+every marker is one token, so each token belongs to the segment its first byte is in. Most of
+the template's joins fall where a pre-token ends (after ``\\n``, before trimmed text); the one
+that does not is a name after ``<function=`` / ``<parameter=`` (``=get`` is one pre-token: an
+optional non-letter before letters), whose first token counts as protocol.
 """
 
 from __future__ import annotations
