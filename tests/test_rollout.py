@@ -78,7 +78,7 @@ def test_primer_trap_empty_reasoning_is_kept_as_sampled(encoder, ids_of) -> None
     # The primer ends <think> '\n' (198); an empty reasoning span is sampled as '\n' + </think>,
     # which history would render as one '\n\n' token (271) at the primer's own last token.
     sampled = [*ids_of("\n"), m["</think>"], *ids_of("\n\nIt is sunny."), m["<|im_end|>"]]
-    sent, turn, after, between = _roll(encoder_session := _session(encoder), sampled)
+    sent, turn, _after, between = _roll(encoder_session := _session(encoder), sampled)
     assert sent[-2:] == [m["<think>"], 198] and sampled[0] == 198
     assert _between(encoder, between).startswith("\n<|im_start|>user\n<tool_response>")
     drift = encoder_session.drift(1)
@@ -118,9 +118,9 @@ def test_non_canonical_split_is_kept(encoder, ids_of) -> None:
 )
 def test_trim_json_and_markers_in_prose_keep_the_invariant(encoder, ids_of, text, kind) -> None:
     m = encoder.marker_ids
-    sampled = ids_of(text) + [m["<|im_end|>"]]
+    sampled = [*ids_of(text), m["<|im_end|>"]]
     session = _session(encoder)
-    _, turn, _, between = _roll(session, sampled)
+    _, _turn, _, between = _roll(session, sampled)
     assert encoder.decode(between).startswith("\n<|im_start|>user\n")
     drift = session.drift(1)
     if kind is not None:
@@ -165,7 +165,7 @@ def test_endoftext_after_im_end_is_sampled_and_dropped(encoder, ids_of) -> None:
         m["<|endoftext|>"],
     ]
     session = _session(encoder)
-    sent, turn, after, between = _roll(session, sampled, logprobs=[-1.0] * len(sampled))
+    sent, turn, after, _ = _roll(session, sampled, logprobs=[-1.0] * len(sampled))
     assert turn.ids == tuple(sampled) and turn.kept == len(sampled) - 1
     assert turn.stop == "<|im_end|>" and turn.closers == ()
     assert after[len(sent) + len(sampled) - 1] == 198  # '\n', not <|endoftext|>
@@ -192,7 +192,7 @@ def test_endoftext_after_im_end_is_sampled_and_dropped(encoder, ids_of) -> None:
 def test_cut_off_turn_is_closed_with_the_templates_closers(encoder, ids_of, text, closers) -> None:
     sampled = ids_of(text)
     session = _session(encoder)
-    sent, turn, after, between = _roll(
+    sent, turn, _after, between = _roll(
         session, sampled, finish_reason="length", logprobs=[-0.1] * len(sampled)
     )
     assert encoder.decode(list(turn.closers)) == closers
