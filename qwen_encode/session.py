@@ -267,7 +267,8 @@ class ChatSession:
     def rows(self) -> list[Encoding]:
         """The trajectory as rows that each extend token for token: one, unless
         ``on_template_change="split"`` started new ones."""
-        return [*self._rows, self.trajectory()]
+        last = self.trajectory()  # first: building it may close a row
+        return [*self._rows, last]
 
     # -- encoding --------------------------------------------------------------------------------
 
