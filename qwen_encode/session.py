@@ -317,8 +317,13 @@ class ChatSession:
     def _anchor(self) -> int:
         """1 + the last sampled turn still verbatim: the turns before it are what sampled IDs
         were conditioned on (or are), so they must keep their IDs."""
-        verbatim = [i for i in self._sampled if self._encoded[i][0] is _VERBATIM]
-        return max(verbatim) + 1 if verbatim else 0
+        # A split re-renders every sampled turn up to the new real query, so when the last
+        # sampled turn is not verbatim none is: the last one decides, O(1) per turn.
+        if self._sampled:
+            last = next(reversed(self._sampled))
+            if self._encoded[last][0] is _VERBATIM:
+                return last + 1
+        return 0
 
     def _diverged(self, plan: PromptPlan) -> int:
         """Apply ``on_template_change`` when ``plan`` would change a turn before the anchor;
