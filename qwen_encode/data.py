@@ -821,6 +821,7 @@ def summarize_parquet(path: str | os.PathLike[str]) -> Summary:
 _TRAJECTORY_NAMES = frozenset(
     {
         "ROW_COLUMNS",
+        "inference_boundary_encoding",
         "read_trajectories",
         "trajectory_rows",
         "trajectory_table",

@@ -248,6 +248,13 @@ class ChatSession:
         self._last = None
         return sampled
 
+    def generation_prompt(self) -> Encoding:
+        """The IDs the generation prompt adds at the end of ``encoding()``: the primer the next
+        sampled turn follows (``<|im_start|>assistant\\n<think>\\n`` while thinking)."""
+        self.encoding()
+        assert self._plan is not None
+        return self._edge(self._plan.tail)
+
     def drift(self, index: int) -> Drift:
         """Whether re-rendering sampled turn ``index``'s parse gives its IDs; if not, where
         and why (``rollout.DRIFT_KINDS``)."""

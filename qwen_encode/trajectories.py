@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from .errors import PromptError, QwenEncodeError, TokenIdError, shown
+from .provenance import ASSISTANT, SAMPLED
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROW_COLUMNS",
+    "inference_boundary_encoding",
     "read_trajectories",
     "trajectory_rows",
     "trajectory_table",
@@ -309,3 +311,72 @@ def verl_agent_loop_output(row: Mapping[str, Any]) -> dict[str, Any]:
         "reward_score": row.get("reward"),
         "num_turns": int(row["num_turns"]),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# SFT at the inference boundary (opt-in)
+
+
+def _after_primer(segments: Sequence[Any], primer: str) -> tuple[Any, ...] | None:
+    """A turn's segments from where the generation primer ends, without the '\\n' the template
+    writes after ``<|im_end|>``; None when the turn does not begin with the primer (reasoning
+    dropped, or reasoning while thinking is off: not what a model writes after it)."""
+    from .protocol import Special, Text
+
+    text = "".join(s.marker if isinstance(s, Special) else s.text for s in segments)
+    if not text.startswith(primer) or not text.endswith("<|im_end|>\n"):
+        return None
+    skip, out = len(primer), []
+    for segment in segments:
+        size = len(segment.marker if isinstance(segment, Special) else segment.text)
+        if skip >= size:
+            skip -= size
+            continue
+        if skip:  # the primer ends inside a text segment (never inside a marker)
+            segment = Text(segment.text[skip:], segment.turn, segment.trained, segment.field)
+            skip = 0
+        out.append(segment)
+    if out and isinstance(out[-1], Text) and out[-1].text == "\n":
+        out.pop()
+    return tuple(out)
+
+
+def inference_boundary_encoding(
+    encoder: Encoder,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Any = None,
+    **options: Any,
+) -> Encoding:
+    """An SFT row whose assistant turns are encoded as a model emits them after the generation
+    prompt: each such turn is the primer's IDs plus its own completion encoded on its own, so
+    the generation prompt before it is a token prefix of the row, and only the completion is
+    trained (``assistant_mask``), never the primer. The prompts are those a ``ChatSession``
+    rollout sends (earlier turns as emitted); the first equals ``apply_chat_template``'s, later
+    ones differ from a server that re-renders history wherever an earlier turn does.
+
+    This changes IDs against ``apply_chat_template``: an empty reasoning span after the primer
+    is ``\\n`` ``</think>`` (two tokens), where the template's string gives one ``\\n\\n``. It is
+    therefore opt-in, never what the SFT rows of ``encode_table`` hold. Assistant turns that do
+    not follow the primer (reasoning dropped by ``preserve_thinking=False``, two in a row) are
+    rendered as the template renders them. ``options`` are ``ChatSession``'s."""
+    from .conversation import turns_from_messages
+    from .protocol import Prompt, TurnLayout, render_turn
+
+    session = encoder.chat(tools, **options)
+    turns = turns_from_messages(messages)
+    for index, turn in enumerate(turns):
+        follows = index > 0 and turns[index - 1].role != "assistant"
+        if turn.role != "assistant" or not follows:
+            session.append(turn)
+            continue
+        primer = encoder.decode(session.generation_prompt().input_ids)
+        completion = _after_primer(render_turn(turn, index, TurnLayout()), primer)
+        if completion is None:
+            session.append(turn)
+            continue
+        session.append_sampled(encoder.encode(Prompt(completion)).input_ids)
+    row = session.trajectory()
+    # Written, not sampled: history provenance, nothing in sampled_mask or logprobs.
+    provenance = row.provenance.copy()
+    provenance[provenance == SAMPLED] = ASSISTANT
+    return type(row)(row.input_ids, row.assistant_mask, row.turn_index, provenance)

@@ -127,3 +127,50 @@ def test_template_change_in_rows(encoder) -> None:
     split = data.trajectory_rows(encoder, [trajectory], on_template_change="split")
     assert [r["row"] for r in split] == [0, 1] and split[0]["sampled_mask"].sum() > 0
     assert split[1]["sampled_mask"].sum() == 0
+
+
+# --------------------------------------------------------------------------------------------
+# SFT at the inference boundary (opt-in)
+
+SFT = [
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},  # no reasoning: the primer trap
+    {"role": "user", "content": "Weather?"},
+    {
+        "role": "assistant",
+        "reasoning_content": "Use the tool.",
+        "tool_calls": [{"function": {"name": "lookup", "arguments": {"q": "Paris"}}}],
+    },
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "Sunny."},
+]
+
+
+def test_inference_boundary_rows_extend_every_generation_prompt(encoder, oracle) -> None:
+    row = data.inference_boundary_encoding(encoder, SFT, TOOLS)
+    ids = row.input_ids.tolist()
+    primer_ids = None
+    starts = [i for i, m in enumerate(SFT) if m["role"] == "assistant"]
+    for i in starts:
+        # What the engine is sent at inference, from the oracle itself.
+        prompt = oracle.apply_chat_template(
+            SFT[:i], tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        prompt = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
+        text = oracle.decode(prompt)
+        primer_ids = prompt[-5:]
+        # Where this turn's primer ends in the row: the row's text up to there is the prompt's.
+        end = next(k for k in range(len(ids) + 1) if encoder.decode(ids[:k]) == text)
+        assert ids[end - 5 : end] == primer_ids
+        if i == starts[0]:
+            assert ids[: len(prompt)] == prompt  # nothing sampled before: the very same IDs
+        # The primer is not trained; what follows it is.
+        assert not row.assistant_mask[end - 5 : end].any() and row.assistant_mask[end]
+    # Later prompts hold the earlier turns as they were emitted (a session's rollout sends
+    # exactly these); a server that re-renders history with the template sends other IDs there.
+    default = encoder.encode_messages(SFT, tools=TOOLS, add_generation_prompt=False)
+    assert default.input_ids.tolist() != ids  # the default differs: why this is opt-in
+    assert encoder.decode(ids) == encoder.decode(default.input_ids)  # the same text
+    assert not row.sampled_mask.any() and (row.provenance != pv.SAMPLED).all()
+    trained = encoder.decode(row.input_ids[row.assistant_mask])
+    assert trained.startswith("\n</think>\n\nHello!<|im_end|>")
