@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from .encoder import Encoder, Encoding
     from .parser import Completion
 
-__all__ = ["DRIFT_KINDS", "Drift", "SampledTurn"]
+__all__ = [
+    "DRIFT_KINDS",
+    "FIELD_KINDS",
+    "Drift",
+    "FieldAttribution",
+    "SampledTurn",
+    "field_attribution",
+]
 
 #: Why a re-rendered parse can differ from the sampled IDs (``Drift.kind``).
 DRIFT_KINDS: Final[Mapping[str, str]] = MappingProxyType(
@@ -330,3 +337,50 @@ def _classify(
 def _json_context(text: str, at: int) -> bool:
     window = text[max(0, at - 2) : at + 2]
     return any(ch in window for ch in '{}[]:,"')
+
+
+# --------------------------------------------------------------------------------------------
+# Per-field attribution of sampled tokens
+
+#: ``FieldAttribution.kind`` codes: the parser's span kinds (-1: markup between fields, such as
+#: a ``<parameter=...>`` tag or the whitespace the template trims).
+FIELD_KINDS: Final[tuple[str, ...]] = ("reasoning", "content", "tool_call", "argument", "stop")
+
+
+@dataclass(frozen=True, eq=False)
+class FieldAttribution:
+    """For each kept sampled token of a turn: the field of the parse it belongs to (``kind``,
+    an index into ``FIELD_KINDS``), the call it is in (``call_index``, -1 outside calls) and the
+    parameter it is the value of (``names``, None outside arguments)."""
+
+    kind: np.ndarray
+    call_index: np.ndarray
+    names: tuple[str | None, ...]
+
+
+def field_attribution(turn: SampledTurn) -> FieldAttribution | None:
+    """Per-token fields of a sampled turn, from the parser's spans (``Completion.spans``:
+    kind, token_start, token_end, call_index, name). None when the parse carries no spans (a
+    parser without them, or IDs that did not parse). An argument's tokens are also inside
+    their call: the innermost span wins."""
+    spans = getattr(turn.completion, "spans", None)
+    if not spans:
+        return None
+    size = turn.kept
+    kind = np.full(size, -1, dtype=np.int8)
+    call_index = np.full(size, -1, dtype=np.int16)
+    names: list[str | None] = [None] * size
+    # Outer spans first, so an argument overwrites its call.
+    order = {"reasoning": 0, "content": 0, "stop": 0, "tool_call": 1, "argument": 2}
+    for span in sorted(spans, key=lambda s: order.get(s.kind, 0)):
+        if span.kind not in FIELD_KINDS or span.token_start is None or span.token_end is None:
+            continue
+        where = slice(max(0, span.token_start), min(size, span.token_end))
+        kind[where] = FIELD_KINDS.index(span.kind)
+        if span.call_index is not None:
+            call_index[where] = span.call_index
+        if span.kind == "argument":
+            names[where] = [span.name] * len(range(size)[where])
+    if turn.stop == mk.TURN_CLOSE and size:  # the parser saw the IDs without their stop
+        kind[size - 1] = FIELD_KINDS.index("stop")
+    return FieldAttribution(kind, call_index, tuple(names))
