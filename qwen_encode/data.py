@@ -818,23 +818,9 @@ def summarize_parquet(path: str | os.PathLike[str]) -> Summary:
 
 # RL trajectory rows live in their own module (this one is about SFT requests); reachable from
 # here too, loaded only when asked for.
-_TRAJECTORY_NAMES = frozenset(
-    {
-        "ROW_COLUMNS",
-        "inference_boundary_encoding",
-        "read_trajectories",
-        "trajectory_rows",
-        "trajectory_table",
-        "trl_rollout_output",
-        "verl_agent_loop_output",
-        "write_trajectory_rows",
-    }
-)
-
-
 def __getattr__(name: str) -> Any:
-    if name in _TRAJECTORY_NAMES:
-        from . import trajectories
+    from . import trajectories
 
+    if name in trajectories.__all__:
         return getattr(trajectories, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
