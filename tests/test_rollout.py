@@ -403,3 +403,21 @@ def test_field_attribution_from_spans(encoder, ids_of) -> None:
     assert fields.names[value_at] == "city" and fields.call_index[value_at] == 0
     assert kinds[open_at] == "tool_call" and kinds[close_at] == "tool_call"
     assert kinds[-1] == "stop"
+
+
+def test_resampling_after_pop_and_the_generation_prompt(encoder, ids_of) -> None:
+    m = encoder.marker_ids
+    session = _session(encoder)
+    sent = session.encoding().input_ids.tolist()
+    assert session.generation_prompt().input_ids.tolist() == sent[-5:]
+    first = [*ids_of("a\n"), m["</think>"], *ids_of("\n\nOne."), m["<|im_end|>"]]
+    session.append_sampled(first)
+    with pytest.raises(qe.PromptError, match="ends on an assistant turn"):
+        session.encoding()  # the next prompt needs the environment's answer first
+    assert session.trajectory().input_ids.tolist()[: len(sent) + len(first)] == sent + first
+    session.pop()  # a second sample of the same prompt (best-of-n, a retry)
+    assert session.encoding().input_ids.tolist() == sent
+    second = [*ids_of("\n"), m["</think>"], *ids_of("\n\nTwo."), m["<|im_end|>"]]
+    _roll(session, second)
+    assert [t.index for t in session.sampled] == [1]
+    assert session.sampled[0].ids == tuple(second)
