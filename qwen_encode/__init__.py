@@ -1,6 +1,6 @@
 """qwen-encode: exact, injection-safe Qwen 3.8 prompt encoding and completion parsing."""
 
-from . import markers
+from . import markers, provenance
 from .checkpoint import CheckpointFiles, resolve_checkpoint
 from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
 from .encoder import ChatSession, Encoder, Encoding, EngineName, MarkersInText
@@ -10,6 +10,7 @@ from .errors import (
     ParseError,
     PromptError,
     QwenEncodeError,
+    TemplateDivergence,
     TokenIdError,
     VocabularyError,
 )
@@ -44,6 +45,7 @@ from .protocol import (
     tools_section,
 )
 from .report import CheckpointReport, Comparison, checkpoint_report, compare_checkpoints
+from .rollout import DRIFT_KINDS, Drift, SampledTurn
 from .vocabulary import (
     MarkerEntry,
     ValidationReport,
@@ -53,6 +55,7 @@ from .vocabulary import (
 )
 
 __all__ = [
+    "DRIFT_KINDS",
     "ChatSession",
     "CheckpointError",
     "CheckpointFiles",
@@ -60,6 +63,7 @@ __all__ = [
     "Comparison",
     "Completion",
     "ContentDelta",
+    "Drift",
     "Encoder",
     "Encoding",
     "EngineName",
@@ -75,10 +79,12 @@ __all__ = [
     "QwenEncodeError",
     "ReasoningDelta",
     "ReasoningEffort",
+    "SampledTurn",
     "Segment",
     "Special",
     "StreamEvent",
     "StreamParser",
+    "TemplateDivergence",
     "Text",
     "TextBlock",
     "TokenIdError",
@@ -100,6 +106,7 @@ __all__ = [
     "parse_completion",
     "parse_tool_call",
     "plan_prompt",
+    "provenance",
     "reasoning_effort_from_scale",
     "reasoning_instruction",
     "render_turn",

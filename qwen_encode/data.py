@@ -833,3 +833,13 @@ def summarize_parquet(path: str | os.PathLike[str]) -> Summary:
             summarize(pq.read_table(shard, columns=["num_tokens", "error"])), shards_written=1
         )
     return total
+
+
+# RL trajectory rows live in their own module (this one is about SFT requests); reachable from
+# here too, loaded only when asked for.
+def __getattr__(name: str) -> Any:
+    from . import trajectories
+
+    if name in trajectories.__all__:
+        return getattr(trajectories, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

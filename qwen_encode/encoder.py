@@ -32,20 +32,16 @@ from tokenizers import Tokenizer
 
 from . import markers as mk
 from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
-from .conversation import Turn, surrogate_problem, turns_from_messages
+from .conversation import surrogate_problem
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
 from .protocol import (
     Prompt,
-    PromptPlan,
-    ReasoningEffort,
     Special,
     Text,
-    TurnLayout,
     format_prompt,
-    plan_prompt,
-    render_turn,
 )
+from .provenance import SAMPLED, UNRECORDED, token_provenance
 from .vocabulary import ValidationReport, Vocabulary, load_vocabulary
 
 __all__ = ["ChatSession", "Encoder", "Encoding", "EngineName", "MarkersInText"]
@@ -71,6 +67,7 @@ _CHAT_OPTIONS = frozenset(
         "preserve_thinking",
         "add_generation_prompt",
         "add_vision_id",
+        "on_template_change",
     }
 )
 
@@ -150,19 +147,99 @@ def _pieces(text: str) -> list[str]:
     return pieces
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Encoding:
-    """One encoded prompt. All three arrays have one entry per token.
+    """One encoded prompt. Every array has one entry per token.
 
     ``assistant_mask`` marks the tokens a fine-tuning run trains on: each assistant turn's body
     (reasoning span, content, tool calls) and its closing ``<|im_end|>``; never the
-    ``<|im_start|>assistant\\n`` header nor the generation primer. ``turn_index`` is the index of
-    the message each token renders (-1: protocol text of no message, such as the primer).
+    ``<|im_start|>assistant\\n`` header nor the generation primer. In a rollout (a
+    ``ChatSession`` fed with ``append_sampled``) a sampled turn trains exactly its sampled tokens.
+    ``turn_index`` is the index of the message each token renders (-1: protocol text of no
+    message, such as the primer).
+
+    ``provenance`` (int8) says who wrote each token: the codes of ``qwen_encode.provenance``
+    (0 protocol, 1 system, 2 user, 3 tool result, 4 assistant history, 5 primer, 6 sampled,
+    7 synthesized; -1 when built by hand). ``sampled_mask`` marks the tokens an engine sampled,
+    ``logprobs`` (float32) their log-probabilities as the engine reported them, NaN elsewhere.
+    These three are computed on first use: a batch job that never reads them never pays for
+    them (attributing every token to its segment cost 60% of a cached batch encode).
     """
 
     input_ids: np.ndarray
     assistant_mask: np.ndarray
     turn_index: np.ndarray
+
+    def __init__(
+        self,
+        input_ids: np.ndarray,
+        assistant_mask: np.ndarray,
+        turn_index: np.ndarray,
+        provenance: np.ndarray | None = None,
+        sampled_mask: np.ndarray | None = None,
+        logprobs: np.ndarray | None = None,
+    ) -> None:
+        # One dict update (frozen: no __setattr__); _source is (segments, encoder) to
+        # attribute the tokens from when provenance is first asked for.
+        self.__dict__.update(
+            input_ids=input_ids,
+            assistant_mask=assistant_mask,
+            turn_index=turn_index,
+            _provenance=provenance,
+            _sampled_mask=sampled_mask,
+            _logprobs=logprobs,
+            _source=None,
+        )
+
+    @property
+    def provenance(self) -> np.ndarray:
+        codes: np.ndarray | None = self.__dict__["_provenance"]
+        if codes is None:
+            source = self.__dict__["_source"]
+            if source is None:
+                codes = np.full(len(self.input_ids), UNRECORDED, dtype=np.int8)
+            else:
+                segments, encoder = source
+                codes = token_provenance(
+                    segments,
+                    self.input_ids,
+                    encoder._token_bytes,
+                    nfc=encoder._tokenizer.normalizer is not None,
+                )
+            object.__setattr__(self, "_provenance", codes)
+            object.__setattr__(self, "_source", None)
+        return codes
+
+    @property
+    def sampled_mask(self) -> np.ndarray:
+        mask: np.ndarray | None = self.__dict__["_sampled_mask"]
+        if mask is None:
+            mask = self.provenance == SAMPLED
+            object.__setattr__(self, "_sampled_mask", mask)
+        return mask
+
+    @property
+    def logprobs(self) -> np.ndarray:
+        values: np.ndarray | None = self.__dict__["_logprobs"]
+        if values is None:
+            values = np.full(len(self.input_ids), np.nan, dtype=np.float32)
+            object.__setattr__(self, "_logprobs", values)
+        return values
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickle (to a worker, into a cache) carries the arrays, not the encoder.
+        return {
+            "input_ids": self.input_ids,
+            "assistant_mask": self.assistant_mask,
+            "turn_index": self.turn_index,
+            "_provenance": self.provenance,
+            "_sampled_mask": self.__dict__["_sampled_mask"],
+            "_logprobs": self.__dict__["_logprobs"],
+            "_source": None,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -533,6 +610,9 @@ class Encoder:
         encodings: list[Encoding | PromptError] = list(self._assemble(batch, runs))
         for position, error in refused.items():
             encodings[position] = error
+        for prompt, encoding in zip(prompts, encodings, strict=True):
+            if isinstance(encoding, Encoding):  # provenance from these, on first use
+                encoding.__dict__["_source"] = (prompt.segments, self)
         return encodings
 
     def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
@@ -858,124 +938,6 @@ def _unpickle_encoder(
     return encoder
 
 
-def _concatenate(parts: Sequence[Encoding]) -> Encoding:
-    return Encoding(
-        input_ids=np.concatenate([p.input_ids for p in parts]),
-        assistant_mask=np.concatenate([p.assistant_mask for p in parts]),
-        turn_index=np.concatenate([p.turn_index for p in parts]),
-    )
-
-
-class ChatSession:
-    """A conversation that grows one message at a time, for servers that need input_ids after
-    every turn.
-
-    ``encoding()`` costs what the new turn costs: every earlier turn keeps its IDs unless the new
-    one changes how it renders, and then only that turn is encoded again. Two things do: with
-    ``preserve_thinking=False`` a new real user query drops the reasoning of the assistant turns
-    before it, and a tool result that follows another moves the ``<|im_end|>`` of their shared
-    user turn. The result is the same as ``encoder.encode(format_prompt(turns, ...))``: turns
-    always begin and end on a marker, so no text run spans two of them, and each turn's layout
-    is recomputed from the whole conversation every time.
-    """
-
-    def __init__(
-        self,
-        encoder: Encoder,
-        tools: Sequence[Mapping[str, Any] | str] | str | None = None,
-        *,
-        enable_thinking: bool = True,
-        reasoning_effort: ReasoningEffort | str | None = None,
-        preserve_thinking: bool = True,
-        add_generation_prompt: bool = True,
-        add_vision_id: bool = False,
-    ):
-        self._encoder = encoder
-        self._options: dict[str, Any] = {
-            "tools": tools,
-            "enable_thinking": enable_thinking,
-            "reasoning_effort": reasoning_effort,
-            "preserve_thinking": preserve_thinking,
-            "add_generation_prompt": add_generation_prompt,
-            "add_vision_id": add_vision_id,
-        }
-        self._turns: list[Turn] = []
-        # Per turn: the layout it was encoded with, and its arrays.
-        self._encoded: list[tuple[TurnLayout, Encoding]] = []
-        self._edges: dict[tuple[Any, ...], Encoding] = {}  # head and tail, by their segments
-        # The last plan, so the next one plans only what the new turns change; and the head plus
-        # the first `_joined_turns` turns already concatenated, so a new turn appends to them.
-        # Both keep a turn's cost independent of the history before it (bar one copy of its IDs).
-        self._plan: PromptPlan | None = None
-        self._joined: Encoding | None = None
-        self._joined_head: Encoding | None = None
-        self._joined_turns = 0
-
-    @property
-    def turns(self) -> tuple[Turn, ...]:
-        return tuple(self._turns)
-
-    def append(self, message: Turn | Mapping[str, Any]) -> None:
-        """Add one message (checked as ``turns_from_messages`` checks it). Rules that depend on
-        the whole conversation are checked by ``encoding()``."""
-        try:
-            (turn,) = turns_from_messages([message])
-        except PromptError as error:
-            raise PromptError(
-                error.reason, message_index=len(self._turns), field=error.field
-            ) from None
-        self._turns.append(turn)
-
-    def extend(self, messages: Iterable[Turn | Mapping[str, Any]]) -> None:
-        for message in messages:
-            self.append(message)
-
-    def pop(self) -> Turn:
-        """Remove and return the last message (e.g. after ``encoding()`` refused it)."""
-        turn = self._turns.pop()
-        kept = len(self._turns)
-        del self._encoded[kept:]
-        if self._plan is not None and len(self._plan.layouts) > kept:
-            self._plan = None  # planned with the popped turn: the next plan starts afresh
-        if self._joined_turns > kept:
-            self._joined, self._joined_turns = None, 0
-        return turn
-
-    def prompt(self) -> Prompt:
-        return format_prompt(self._turns, **self._options)
-
-    def encoding(self) -> Encoding:
-        """The conversation so far, encoded (with the generation primer when asked for)."""
-        plan = plan_prompt(self._turns, **self._options, previous=self._plan)
-        head = self._edge(plan.head)
-        if self._joined is not None and self._joined_head is not head:
-            self._joined, self._joined_turns = None, 0
-        # Layouts before `unchanged` are the previous plan's, so those turns' IDs stand.
-        changed = len(self._turns)
-        for index in range(plan.unchanged, len(self._turns)):
-            layout = plan.layouts[index]
-            if index < len(self._encoded) and self._encoded[index][0] == layout:
-                continue
-            encoded = self._encoder.encode(
-                Prompt(render_turn(self._turns[index], index, layout, plan.add_vision_id))
-            )
-            if index < len(self._encoded):
-                self._encoded[index] = (layout, encoded)
-            else:
-                self._encoded.append((layout, encoded))
-            changed = min(changed, index)
-        self._plan = plan
-        if self._joined_turns > changed:
-            self._joined, self._joined_turns = None, 0
-        parts = [head] if self._joined is None else [self._joined]
-        parts += [encoded for _, encoded in self._encoded[self._joined_turns :]]
-        joined = _concatenate(parts)
-        self._joined, self._joined_head, self._joined_turns = joined, head, len(self._turns)
-        return _concatenate([joined, self._edge(plan.tail)])
-
-    def _edge(self, segments: tuple[Any, ...]) -> Encoding:
-        if segments not in self._edges:
-            if len(self._edges) > 8:  # the head changes only if the first message does
-                self._edges.clear()
-            self._edges[segments] = self._encoder.encode(Prompt(segments))
-        return self._edges[segments]
+# Sessions live in their own module; re-exported here for ``from qwen_encode.encoder import
+# ChatSession`` (imported last: the session module needs Encoder and Encoding).
+from .session import ChatSession  # noqa: E402

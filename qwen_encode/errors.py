@@ -127,3 +127,18 @@ class TokenIdError(QwenEncodeError, ValueError):
         self.reason = reason
         self.position = position
         super().__init__(f"token IDs[{position}]: {reason}")
+
+
+class TemplateDivergence(QwenEncodeError, ValueError):
+    """The chat template would render a turn of a rollout differently from the prompt it was
+    sampled in (with ``preserve_thinking=False`` a new real user query drops the reasoning of the
+    assistant turns before it), while the session's ``on_template_change="raise"``.
+
+    ``message_index`` is the earliest turn whose IDs would change; ``cause`` the index of the
+    message that changes it."""
+
+    def __init__(self, reason: str, *, message_index: int, cause: int):
+        self.reason = printable(reason)
+        self.message_index = message_index
+        self.cause = cause
+        super().__init__(f"messages[{message_index}]: {self.reason}")

@@ -747,8 +747,13 @@ def plan_prompt(
         start = 0
     else:
         head = previous.head
+        # Only the new turns can be a new real query: the previous plan searched the others.
         last_query = _last_query_index(
-            turns, add_vision_id, continue_final_message, stop=previous.last_query
+            turns,
+            add_vision_id,
+            continue_final_message,
+            stop=previous.last_query,
+            searched=len(previous.layouts) - 1,
         )
         start = len(previous.layouts) - 1  # its closes_turn depends on the turn after it
         if not preserve_thinking and last_query != previous.last_query:
@@ -843,12 +848,18 @@ def render_turn(
 
 
 def _last_query_index(
-    turns: Sequence[Turn], add_vision_id: bool, continuing: bool, stop: int = -1
+    turns: Sequence[Turn],
+    add_vision_id: bool,
+    continuing: bool,
+    stop: int = -1,
+    searched: int = -1,
 ) -> int:
     """Template lines 94-106: the last user turn that is a real query, not a tool-response
     wrapper; thinking of assistant turns after it is always kept. ``stop`` is a real query
-    already known (the last one of a shorter prefix): the search ends there."""
-    for index in range(len(turns) - 1, stop, -1):
+    already known (the last one of a shorter prefix) and ``searched`` the last turn of that
+    prefix: the search ends there (an agent loop appends tool results after one query for
+    thousands of turns; searching back to the query made each turn cost the history)."""
+    for index in range(len(turns) - 1, max(stop, searched), -1):
         turn = turns[index]
         if turn.role != "user":
             continue
