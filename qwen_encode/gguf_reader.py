@@ -150,6 +150,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFMetadata:
                 )
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 meta = _Reader(path, data).read()
+    except CheckpointError:
+        raise  # an OSError too, but already saying where
     except OSError as error:
         raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
     _refuse_mmproj(meta)
