@@ -214,7 +214,11 @@ def gguf_checkpoint_files(source: str, path: Path) -> CheckpointFiles:
     """``CheckpointFiles`` for the GGUF at ``path``: its rebuilt ``tokenizer.json`` (written
     under the cache once per metadata hash), no side files. ``CheckpointError`` when the GGUF is
     unreadable, is not a byte-level BPE vocabulary, or its ``pre`` is not qwen35."""
-    meta = read_gguf(path)
+    return checkpoint_files_of(source, read_gguf(path))
+
+
+def checkpoint_files_of(source: str, meta: GGUFMetadata) -> CheckpointFiles:
+    """``gguf_checkpoint_files`` for metadata already read."""
     problem = pre_problem(meta.get(PRE))
     if problem is not None:
         raise CheckpointError(

@@ -39,7 +39,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import tokenizers
@@ -55,6 +55,7 @@ from ..gguf_tokenizer import (
     UNUSED,
     USER_DEFINED,
     GGUFVocabulary,
+    checkpoint_files_of,
     gguf_vocabulary,
     pre_problem,
 )
@@ -202,7 +203,7 @@ class GGUFReport:
     against: str | None = None
     probes: ProbeComparison | None = None
     behaviour: Any = None  # qwen_encode.report.BehaviourReport, when the template is not official
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    dead: Any = None  # qwen_encode.report.DeadTokens of the rebuilt vocabulary, when it loads
 
     def of(self, severity: str) -> tuple[Problem, ...]:
         return tuple(p for p in self.findings if p.severity == severity)
@@ -250,6 +251,7 @@ class GGUFReport:
             "notes": [p.to_dict() for p in self.notes],
             "against": self.against,
             "probes": None if self.probes is None else self.probes.to_dict(),
+            "dead_tokens": None if self.dead is None else self.dead.to_dict(),
             "llama_cpp_commit": LLAMA_CPP_COMMIT,
         }
 
@@ -275,11 +277,22 @@ def _real_count(vocabulary: GGUFVocabulary) -> int:
     return count
 
 
-def _ids_by_token(tokens: Sequence[str]) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    for token_id, token in enumerate(tokens):
-        found.setdefault(token, []).append(token_id)
-    return found
+def _repeated(tokens: Sequence[str]) -> list[str]:
+    """Token texts at more than one ID (a set first: the common case has none, found in C)."""
+    if len(set(tokens)) == len(tokens):
+        return []
+    return [token for token, count in Counter(tokens).items() if count > 1]
+
+
+def _ids_of(tokens: Sequence[str], token: str) -> tuple[int, ...]:
+    ids, start = [], 0
+    while True:
+        try:
+            start = tokens.index(token, start)
+        except ValueError:
+            return tuple(ids)
+        ids.append(start)
+        start += 1
 
 
 def _check_header(meta: GGUFMetadata, out: _Findings) -> None:
@@ -334,7 +347,7 @@ def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
             severity="warning",
             rule=_CONVERTER,
         )
-    repeated = [token for token, ids in _ids_by_token(tokens[:real]).items() if len(ids) > 1]
+    repeated = _repeated(tokens[:real])
     if repeated:
         out.add(
             "gguf.duplicate_tokens",
@@ -391,10 +404,9 @@ def _marker_rows(
     out: _Findings,
     special_flags: Mapping[str, bool] | None,
 ) -> tuple[MarkerType, ...]:
-    ids_of = _ids_by_token(vocabulary.tokens)
     rows = []
     for marker in PROTOCOL_MARKERS:
-        ids = tuple(ids_of.get(marker, ()))
+        ids = _ids_of(vocabulary.tokens, marker)
         flag = None if special_flags is None else special_flags.get(marker)
         expected = expected_marker_type(marker, flag)
         kind = vocabulary.types[ids[0]] if ids else None
@@ -841,12 +853,12 @@ def validate_gguf(
     sha, name, variants, behaviour = _check_template(
         meta, out, None if base is None else base.templates
     )
-    probes = None
+    probes, dead, tokenizer = None, None, None
+    if meta.get(PRE) == "qwen35":  # another pre is refused at load, and reported above
+        tokenizer, dead = _load_as_encoder_does(meta, out)
     if base is not None:
         _compare_tokens(meta, vocabulary, real, base, out)
-        if meta.get(PRE) == "qwen35":  # another pre is refused, and reported above
-            files = resolve_checkpoint(meta.path)
-            tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer_json))
+        if tokenizer is not None:
             probes = compare_probe_ids(tokenizer, base.tokenizer, probe_texts(base.tokenizer))
             _check_probes(probes, base.source, out)
     _note_user_defined(markers, out)
@@ -868,7 +880,30 @@ def validate_gguf(
         against=None if against is None else str(against),
         probes=probes,
         behaviour=behaviour,
+        dead=dead,
     )
+
+
+def _load_as_encoder_does(
+    meta: GGUFMetadata, out: _Findings
+) -> tuple[tokenizers.Tokenizer, Any]:
+    """Rebuild the tokenizer as ``Encoder.from_pretrained`` does and run its load checks (each
+    marker one atomic added token); the dead tokens of the rebuilt vocabulary."""
+    from ..report import _cached_dead_tokens
+    from ..vocabulary import inspect_checkpoint
+
+    files = checkpoint_files_of(str(meta.path), meta)
+    tokenizer, loaded = inspect_checkpoint(files)
+    rebuilt = str(files.tokenizer_json)
+    for message in loaded.vocabulary_problems:
+        out.add(
+            "gguf.load",
+            "tokens",
+            message.replace(rebuilt, "the GGUF's tokens")
+            + "; Encoder.from_pretrained refuses this GGUF",
+            rule="qwen_encode.vocabulary.load_vocabulary",
+        )
+    return tokenizer, _cached_dead_tokens(tokenizer, files.tokenizer_json)
 
 
 def _note_user_defined(markers: Sequence[MarkerType], out: _Findings) -> None:
@@ -912,6 +947,11 @@ def render_text(report: GGUFReport) -> str:
         lines.append(f"  {s.key:<34} {s.value!s:<8}{token}  [{s.verdict}]")
     lines += ["", "end of generation (as llama.cpp derives it)"]
     lines += [f"  {i:>8} {t!r}: {why}" for i, t, why in report.eog]
+    if report.dead is not None:
+        from ..report import DEAD_KINDS
+
+        counts = ", ".join(f"{len(report.dead.of(k))} {k}" for k in DEAD_KINDS)
+        lines += ["", f"dead tokens  {counts} (of {report.dead.checked:,} checked)"]
     if report.probes is not None:
         p = report.probes
         lines += [
