@@ -152,7 +152,8 @@ def tokenizer_json_text(vocabulary: GGUFVocabulary) -> str:
     (``special`` for CONTROL), NORMAL ones the BPE vocabulary; fillers are left out."""
     vocab: dict[str, int] = {}
     added: list[dict[str, Any]] = []
-    for token_id, (token, kind) in enumerate(zip(vocabulary.tokens, vocabulary.types)):
+    pairs = zip(vocabulary.tokens, vocabulary.types, strict=True)  # lengths checked on reading
+    for token_id, (token, kind) in enumerate(pairs):
         if token_id in vocabulary.fillers or kind == UNUSED:
             continue
         if kind in (CONTROL, USER_DEFINED):
@@ -238,7 +239,9 @@ def checkpoint_files_of(source: str, meta: GGUFMetadata) -> CheckpointFiles:
 
 def rebuilt_tokenizer_json(meta: GGUFMetadata) -> Path:
     """The path of ``meta``'s rebuilt ``tokenizer.json``, written (atomically) if not cached."""
-    target = derived_cache_path("gguf", f"{meta.metadata_sha256}-v{_CACHE_VERSION}") / TOKENIZER_JSON
+    target = (
+        derived_cache_path("gguf", f"{meta.metadata_sha256}-v{_CACHE_VERSION}") / TOKENIZER_JSON
+    )
     if target.is_file():
         return target
     text = tokenizer_json_text(gguf_vocabulary(meta))

@@ -110,7 +110,9 @@ def main() -> int:
             gguf_package=lambda: _gguf_package_read(path),
         ),
     )
-    print(f"  ratio gguf package / qwen-encode: {reads['gguf_package'] / reads['qwen_encode']:.1f}x")
+    print(
+        f"  ratio gguf package / qwen-encode: {reads['gguf_package'] / reads['qwen_encode']:.1f}x"
+    )
 
     cold = _alternate(
         1,

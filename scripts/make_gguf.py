@@ -117,10 +117,16 @@ def converter_fields(folder: Path, arch: str = "qwen35") -> dict[str, Field]:
     template = special.chat_template
     if isinstance(template, str):
         fields["tokenizer.chat_template"] = (template, S, None)
-    elif isinstance(template, list):  # named templates: "default" plus tokenizer.chat_template.<name>
+    elif isinstance(
+        template, list
+    ):  # named templates: "default" plus tokenizer.chat_template.<name>
         for entry in template:
             name = entry["name"]
-            key = "tokenizer.chat_template" if name == "default" else f"tokenizer.chat_template.{name}"
+            key = (
+                "tokenizer.chat_template"
+                if name == "default"
+                else f"tokenizer.chat_template.{name}"
+            )
             fields[key] = (entry["template"], S, None)
     return fields
 

@@ -81,7 +81,9 @@ def test_marker_typed_normal_refused_at_load(tmp_path: Path) -> None:
 
 def test_not_a_bpe_vocabulary(tmp_path: Path) -> None:
     path = _mutant(tmp_path, "tokenizer.ggml.model", "llama")
-    with pytest.raises(CheckpointError, match="tokenizer.ggml.model .* 'llama', expected 'gpt2'"):
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.ggml\.model .* 'llama', expected 'gpt2'"
+    ):
         qe.Encoder.from_pretrained(path)
 
 

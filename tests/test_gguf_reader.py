@@ -105,7 +105,9 @@ def test_truncated_everywhere(tiny_gguf: Path, tmp_path: Path) -> None:
 
 def test_string_length_past_the_end_names_key_and_offset(tmp_path: Path) -> None:
     data = _header(1) + _string(b"tokenizer.ggml.pre") + struct.pack("<IQ", 8, 1 << 40)
-    error = _refused(tmp_path, data, r"'tokenizer\.ggml\.pre' at byte 54: the string value declares")
+    error = _refused(
+        tmp_path, data, r"'tokenizer\.ggml\.pre' at byte 54: the string value declares"
+    )
     assert str(1 << 40) in str(error).replace(",", "")
 
 

@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import tokenizers
 
-from ..checkpoint import CheckpointFiles, resolve_checkpoint
+from ..checkpoint import resolve_checkpoint
 from ..gguf_reader import GGUFMetadata, read_gguf
 from ..gguf_tokenizer import (
     CONTROL,
@@ -261,7 +261,9 @@ class GGUFReport:
 
 
 class _Findings(list[Problem]):
-    def add(self, code: str, where: str, message: str, severity: str = "problem", rule: str = "") -> None:
+    def add(
+        self, code: str, where: str, message: str, severity: str = "problem", rule: str = ""
+    ) -> None:
         self.append(Problem(code, where, message, severity, rule))  # type: ignore[arg-type]
 
 
@@ -338,9 +340,8 @@ def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
             meta.where(TYPES),
             f"{len(typed)} [PADn] fillers typed {'/'.join(kinds)}, not UNUSED"
             + (
-                ": llama.cpp matches a USER_DEFINED filler such as '[PAD{0}]' in caller text".format(
-                    typed[0]
-                )
+                f": llama.cpp matches a USER_DEFINED filler such as '[PAD{typed[0]}]' in "
+                "caller text"
                 if USER_DEFINED in {types[i] for i in typed}
                 else ""
             ),
@@ -452,7 +453,8 @@ def _judge_marker(
         why = (
             "llama.cpp leaves CONTROL tokens out of the text it returns (llama-server's content, "
             "token_to_piece with special=false): the marker never reaches a text parser, so "
-            "reasoning and tool calls come back without their tags; parse token IDs, or fix the type"
+            "reasoning and tool calls come back without their tags; parse token IDs, or fix the "
+            "type"
         )
     else:
         why = (
@@ -468,7 +470,11 @@ def _judge_marker(
 
 
 def _token(vocabulary: GGUFVocabulary, value: Any) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(vocabulary.tokens):
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and 0 <= value < len(vocabulary.tokens)
+    ):
         return vocabulary.tokens[value]
     return None
 
@@ -496,7 +502,9 @@ def _special_ids(
                 )
         elif value is not None and token is None:
             verdict = "problem"
-            out.add("gguf.special_id", meta.where(key), f"{value!r} is not a token ID", rule=_LOADER)
+            out.add(
+                "gguf.special_id", meta.where(key), f"{value!r} is not a token ID", rule=_LOADER
+            )
         rows.append(SpecialId(key, value, token, verdict, rule))
     rows += _add_flags(meta, out)
     return tuple(rows)
@@ -698,7 +706,9 @@ def _load_base(against: str | os.PathLike[str]) -> _Base:
             if t in (CONTROL, USER_DEFINED) and i not in vocabulary.fillers
         }
         templates = (template if isinstance(template, str) else None, None)
-        return _Base(str(against), tokenizer, special, len(vocabulary.tokens), state_merges, templates)
+        return _Base(
+            str(against), tokenizer, special, len(vocabulary.tokens), state_merges, templates
+        )
     templates = (chat_template_text(files), tokenizer_config_template(files))
     return _Base(str(against), tokenizer, special, report.embedding_size, state_merges, templates)
 
@@ -730,7 +740,9 @@ def _compare_tokens(
         )
         if vocabulary.types[token_id] != expected:
             found = TOKEN_TYPE_NAMES.get(vocabulary.types[token_id], "?")
-            wrong_type.append(f"{token_id} {mine!r}: {found} (converter: {TOKEN_TYPE_NAMES[expected]})")
+            wrong_type.append(
+                f"{token_id} {mine!r}: {found} (converter: {TOKEN_TYPE_NAMES[expected]})"
+            )
     if moved:
         out.add(
             "gguf.tokens_differ",
@@ -752,7 +764,8 @@ def _compare_tokens(
             "gguf.embedding",
             meta.where("tokenizer.ggml.tokens"),
             f"{len(vocabulary.tokens):,} tokens, but {base.source} has an embedding of "
-            f"{base.embedding:,} rows: the converter fills with [PADn] up to config.json vocab_size",
+            f"{base.embedding:,} rows: the converter fills with [PADn] up to config.json "
+            "vocab_size",
             rule=_CONVERTER,
         )
     _compare_merges(meta, vocabulary, base, out)
@@ -798,8 +811,8 @@ def compare_probe_ids(
     raw = tokenizers.Tokenizer.from_str(tokenizer.to_str())
     raw.normalizer = None  # llama.cpp's text path: no NFC
     llama = [e.ids for e in raw.encode_batch(list(texts), add_special_tokens=False)]
-    differ_hf = [t for t, a, b in zip(texts, hf, expected) if a != b]
-    differ_llama = [t for t, a, b in zip(texts, llama, expected) if a != b]
+    differ_hf = [t for t, a, b in zip(texts, hf, expected, strict=False) if a != b]
+    differ_llama = [t for t, a, b in zip(texts, llama, expected, strict=False) if a != b]
     return ProbeComparison(
         len(texts),
         len(differ_hf),
@@ -884,9 +897,7 @@ def validate_gguf(
     )
 
 
-def _load_as_encoder_does(
-    meta: GGUFMetadata, out: _Findings
-) -> tuple[tokenizers.Tokenizer, Any]:
+def _load_as_encoder_does(meta: GGUFMetadata, out: _Findings) -> tuple[tokenizers.Tokenizer, Any]:
     """Rebuild the tokenizer as ``Encoder.from_pretrained`` does and run its load checks (each
     marker one atomic added token); the dead tokens of the rebuilt vocabulary."""
     from ..report import _cached_dead_tokens
@@ -925,7 +936,11 @@ def render_text(report: GGUFReport) -> str:
     lines = [
         f"gguf        {report.source}",
         f"verdict     {'OK' if report.ok else 'NOT OK'}: "
-        + ("carries the Qwen 3.8 protocol as llama.cpp's converter writes it" if report.ok else f"{len(report.problems)} problem(s)"),
+        + (
+            "carries the Qwen 3.8 protocol as llama.cpp's converter writes it"
+            if report.ok
+            else f"{len(report.problems)} problem(s)"
+        ),
         f"arch / pre  {report.architecture} / {report.pre}",
         f"tokens      {report.token_count:,} ({report.real_token_count:,} real, "
         f"{report.token_count - report.real_token_count:,} [PADn] fillers), "
