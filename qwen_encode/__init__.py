@@ -44,6 +44,8 @@ from .protocol import (
     tools_section,
 )
 from .report import CheckpointReport, Comparison, checkpoint_report, compare_checkpoints
+from .validation import Problem
+from .validation.gguf import GGUFReport, validate_gguf
 from .vocabulary import (
     MarkerEntry,
     ValidationReport,
@@ -63,12 +65,14 @@ __all__ = [
     "Encoder",
     "Encoding",
     "EngineName",
+    "GGUFReport",
     "ImageBlock",
     "MarkerEncoder",
     "MarkerEntry",
     "MarkerInTextError",
     "MarkersInText",
     "ParseError",
+    "Problem",
     "Prompt",
     "PromptError",
     "PromptPlan",
@@ -109,4 +113,5 @@ __all__ = [
     "turns_from_messages",
     "typed_parameter_value",
     "validate_checkpoint",
+    "validate_gguf",
 ]

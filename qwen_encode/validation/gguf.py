@@ -44,11 +44,9 @@ from typing import Any, Final
 
 import tokenizers
 
-from ..checkpoint import resolve_checkpoint
 from ..gguf_reader import GGUFMetadata, read_gguf
 from ..gguf_tokenizer import (
     CONTROL,
-    NORMAL,
     PRE,
     TOKEN_TYPE_NAMES,
     TYPES,
@@ -60,64 +58,32 @@ from ..gguf_tokenizer import (
     pre_problem,
 )
 from ..markers import PROTOCOL_MARKERS, TURN_CLOSE
-from .problems import Problem
-
-LLAMA_CPP_COMMIT: Final = "0024aa7417efd50a7c2a79e049dfbbbceb0beaaf"
-_CONVERTER: Final = f"convert_hf_to_gguf.py (llama.cpp {LLAMA_CPP_COMMIT[:10]})"
-_LOADER: Final = "llama.cpp src/llama-vocab.cpp, llama_vocab::impl::load"
-
-#: Fingerprints of the official Qwen 3.8 vocabulary as the converter writes it (see above).
-OFFICIAL_TOKENS_SHA256: Final = "eb6a58cae3f0632671bbc8b7689d048940fcc419f5462db835f6cc4fbab92553"
-OFFICIAL_SORTED_TOKENS_SHA256: Final = (
-    "3b4e8f0b6a99dbb36ec4fea4a8575505a72a1b77bf9c012b351bd8628ee0d8d4"
+from .gguf_base import (
+    ProbeComparison,
+    check_probes,
+    compare_probe_ids,
+    compare_tokens,
+    load_base,
+    probe_texts,
 )
-OFFICIAL_MERGES_SHA256: Final = "4ba698529766c7a2f5052083ea10cdf2485577f5237a332ee291054eb11e3332"
-OFFICIAL_MERGE_COUNT: Final = 247_587
-
-ARCHITECTURES: Final = ("qwen35", "qwen35moe")
-
-#: Token texts llama.cpp puts in the end-of-generation set whatever their ID (llama-vocab.cpp).
-EOG_TEXTS: Final = frozenset(
-    {
-        "<|eot_id|>",
-        "<|im_end|>",
-        "<|end|>",
-        "<|return|>",
-        "<|call|>",
-        "<|flush|>",
-        "<|calls|>",
-        "<end_of_turn>",
-        "<|endoftext|>",
-        "</s>",
-        "<|eom_id|>",
-        "<EOT>",
-        "_<EOT>",
-        "[EOT]",
-        "[EOS]",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
-    }
+from .gguf_rules import (
+    ARCHITECTURES,
+    CONVERTER,
+    EOG_FIM_TEXTS,
+    EOG_TEXTS,
+    LLAMA_CPP_COMMIT,
+    LOADER,
+    OFFICIAL_MERGE_COUNT,
+    OFFICIAL_MERGES_SHA256,
+    OFFICIAL_SORTED_TOKENS_SHA256,
+    OFFICIAL_TOKENS_SHA256,
+    TEMPLATE_KEY,
+    TYPE_MEANING,
+    expected_marker_type,
 )
-#: The FIM tokens llama.cpp finds by text (pad, repo, file separator) and adds to the same set.
-EOG_FIM_TEXTS: Final = frozenset({"<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"})
+from .problems import Findings, Problem, listed
 
 _SPECIAL_KEYS: Final = ("bos", "eos", "eot", "eom", "unk", "sep", "pad")
-_TEMPLATE: Final = "tokenizer.chat_template"
-
-
-def expected_marker_type(marker: str, special: bool | None = None) -> int:
-    """The type the converter gives an added token: CONTROL when ``special`` (the checkpoint's
-    flag; None: unknown) or when it looks special (``<|...|>``), else USER_DEFINED."""
-    looks_special = marker.startswith("<|") and marker.endswith("|>")
-    return CONTROL if special or looks_special else USER_DEFINED
-
-
-_TYPE_MEANING: Final = {
-    CONTROL: "atomic only where llama.cpp parses special tokens; left out of the text llama.cpp "
-    "returns (detokenized without special tokens)",
-    USER_DEFINED: "atomic even in text: llama.cpp matches it in caller text with "
-    "parse_special=false, so send token IDs",
-}
 
 
 @dataclass(frozen=True)
@@ -158,27 +124,6 @@ class SpecialId:
             "token": self.token,
             "verdict": self.verdict,
             "rule": self.rule,
-        }
-
-
-@dataclass(frozen=True)
-class ProbeComparison:
-    """Probe texts encoded by the GGUF's vocabulary and by the base's: under the HF rules (the
-    rebuilt tokenizer.json, NFC included) and as llama.cpp's text path will (no NFC)."""
-
-    texts: int
-    differ_hf_rules: int
-    differ_llama_text: int
-    examples_hf_rules: tuple[str, ...] = ()
-    examples_llama_text: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "texts": self.texts,
-            "differ_hf_rules": self.differ_hf_rules,
-            "differ_llama_text": self.differ_llama_text,
-            "examples_hf_rules": list(self.examples_hf_rules),
-            "examples_llama_text": list(self.examples_llama_text),
         }
 
 
@@ -260,13 +205,6 @@ class GGUFReport:
 # The checks, each adding Problems to a list
 
 
-class _Findings(list[Problem]):
-    def add(
-        self, code: str, where: str, message: str, severity: str = "problem", rule: str = ""
-    ) -> None:
-        self.append(Problem(code, where, message, severity, rule))  # type: ignore[arg-type]
-
-
 def _sha(items: Iterable[str], sep: str) -> str:
     return hashlib.sha256(sep.join(items).encode("utf-8")).hexdigest()
 
@@ -297,7 +235,7 @@ def _ids_of(tokens: Sequence[str], token: str) -> tuple[int, ...]:
         start += 1
 
 
-def _check_header(meta: GGUFMetadata, out: _Findings) -> None:
+def _check_header(meta: GGUFMetadata, out: Findings) -> None:
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         out.add(
@@ -305,14 +243,14 @@ def _check_header(meta: GGUFMetadata, out: _Findings) -> None:
             meta.where("general.architecture"),
             f"{arch!r}, expected one of {', '.join(ARCHITECTURES)}: llama.cpp builds the "
             "model graph the architecture names, and a Qwen 3.5+/3.8 checkpoint converts to qwen35",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     problem = pre_problem(meta.get(PRE))
     if problem is not None:
-        out.add("gguf.pre", meta.where(PRE), problem, rule=_CONVERTER)
+        out.add("gguf.pre", meta.where(PRE), problem, rule=CONVERTER)
 
 
-def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings) -> int:
+def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: Findings) -> int:
     tokens, types = vocabulary.tokens, vocabulary.types
     real = _real_count(vocabulary)
     if meta.embedding_rows is not None and meta.embedding_rows != len(tokens):
@@ -321,7 +259,7 @@ def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
             meta.where("tokenizer.ggml.tokens"),
             f"{len(tokens):,} tokens but token_embd.weight has {meta.embedding_rows:,} rows: the "
             "converter writes one token per embedding row ([PADn] fillers after the last one)",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     misplaced = [i for i in vocabulary.fillers if i < real]
     if misplaced:
@@ -330,7 +268,7 @@ def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
             meta.where("tokenizer.ggml.tokens"),
             f"{len(misplaced)} [PADn] fillers among the real tokens (first at ID {misplaced[0]}): "
             "the converter puts them only after the last token",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     typed = [i for i in range(real, len(tokens)) if types[i] != UNUSED]
     if typed:
@@ -346,22 +284,22 @@ def _check_tokens(meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
                 else ""
             ),
             severity="warning",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     repeated = _repeated(tokens[:real])
     if repeated:
         out.add(
             "gguf.duplicate_tokens",
             meta.where("tokenizer.ggml.tokens"),
-            f"{len(repeated)} token texts at more than one ID ({_listed(repeated)}): llama.cpp "
+            f"{len(repeated)} token texts at more than one ID ({listed(repeated)}): llama.cpp "
             "keeps one ID per text, so the others can never be produced from text",
-            rule=_LOADER,
+            rule=LOADER,
         )
     return real
 
 
 def _check_fingerprints(
-    meta: GGUFMetadata, vocabulary: GGUFVocabulary, real: int, out: _Findings
+    meta: GGUFMetadata, vocabulary: GGUFVocabulary, real: int, out: Findings
 ) -> bool:
     """Compare with the official Qwen 3.8 vocabulary; True when the tokens are the official
     ones at the official IDs."""
@@ -376,7 +314,7 @@ def _check_fingerprints(
             f"({OFFICIAL_MERGE_COUNT:,}) for the official Qwen 3.8 tokens: text encodes to other "
             "IDs (dropped merges split words the model saw whole); pass --against the "
             "checkpoint to list the differences",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     elif not official and _sha(sorted(tokens), "\x00") == OFFICIAL_SORTED_TOKENS_SHA256:
         out.add(
@@ -385,7 +323,7 @@ def _check_fingerprints(
             "the official Qwen 3.8 tokens, but not at their official IDs (swapped or shifted): "
             "every ID the model sees or writes means another token; pass --against the "
             "checkpoint to list them",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
     elif not official:
         out.add(
@@ -402,7 +340,7 @@ def _check_fingerprints(
 def _marker_rows(
     meta: GGUFMetadata,
     vocabulary: GGUFVocabulary,
-    out: _Findings,
+    out: Findings,
     special_flags: Mapping[str, bool] | None,
 ) -> tuple[MarkerType, ...]:
     rows = []
@@ -418,7 +356,7 @@ def _marker_rows(
                 ids,
                 name,
                 TOKEN_TYPE_NAMES[expected],
-                _TYPE_MEANING.get(kind or 0, "not one token: llama.cpp encodes its text as BPE"),
+                TYPE_MEANING.get(kind or 0, "not one token: llama.cpp encodes its text as BPE"),
             )
         )
         _judge_marker(meta, marker, ids, kind, expected, out)
@@ -431,14 +369,14 @@ def _judge_marker(
     ids: tuple[int, ...],
     kind: int | None,
     expected: int,
-    out: _Findings,
+    out: Findings,
 ) -> None:
     where = f"{marker} ({meta.where(TYPES)})"
     if not ids:
-        out.add("gguf.marker_missing", marker, "not a token of this GGUF", rule=_CONVERTER)
+        out.add("gguf.marker_missing", marker, "not a token of this GGUF", rule=CONVERTER)
         return
     if len(ids) > 1:
-        out.add("gguf.marker_repeated", marker, f"at IDs {list(ids)}; expected one", rule=_LOADER)
+        out.add("gguf.marker_repeated", marker, f"at IDs {list(ids)}; expected one", rule=LOADER)
     if kind == expected:
         return
     found = TOKEN_TYPE_NAMES.get(kind or 0, str(kind))
@@ -465,7 +403,7 @@ def _judge_marker(
         "gguf.marker_type",
         where,
         f"typed {found}, the converter writes {TOKEN_TYPE_NAMES[expected]}: {why}",
-        rule=_CONVERTER,
+        rule=CONVERTER,
     )
 
 
@@ -480,7 +418,7 @@ def _token(vocabulary: GGUFVocabulary, value: Any) -> str | None:
 
 
 def _special_ids(
-    meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
+    meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: Findings
 ) -> tuple[SpecialId, ...]:
     rows: list[SpecialId] = []
     for kind in _SPECIAL_KEYS:
@@ -498,19 +436,17 @@ def _special_ids(
                     f"{value!r} ({token!r}), expected the ID of {TURN_CLOSE}: llama.cpp stops on "
                     "eos, and puts it in its end-of-generation set"
                     + ("" if token is None else f", so generation ends at {token!r}"),
-                    rule=_CONVERTER,
+                    rule=CONVERTER,
                 )
         elif value is not None and token is None:
             verdict = "problem"
-            out.add(
-                "gguf.special_id", meta.where(key), f"{value!r} is not a token ID", rule=_LOADER
-            )
+            out.add("gguf.special_id", meta.where(key), f"{value!r} is not a token ID", rule=LOADER)
         rows.append(SpecialId(key, value, token, verdict, rule))
     rows += _add_flags(meta, out)
     return tuple(rows)
 
 
-def _add_flags(meta: GGUFMetadata, out: _Findings) -> list[SpecialId]:
+def _add_flags(meta: GGUFMetadata, out: Findings) -> list[SpecialId]:
     rows = []
     for kind in ("bos", "eos"):
         key = f"tokenizer.ggml.add_{kind}_token"
@@ -524,7 +460,7 @@ def _add_flags(meta: GGUFMetadata, out: _Findings) -> list[SpecialId]:
                 f"true: llama.cpp {'prepends' if kind == 'bos' else 'appends'} the {kind} token "
                 "to every prompt it tokenizes (<|endoftext|> where the template writes none); "
                 "the checkpoint's tokenizer_config.json says false",
-                rule=_CONVERTER,
+                rule=CONVERTER,
             )
         elif value is None and kind == "bos":
             out.add(
@@ -532,7 +468,7 @@ def _add_flags(meta: GGUFMetadata, out: _Findings) -> list[SpecialId]:
                 key,
                 "absent: llama.cpp then applies its own default for the vocabulary type instead "
                 "of the checkpoint's false (the converter writes add_bos_token=false)",
-                rule=_CONVERTER,
+                rule=CONVERTER,
             )
         elif value is None:
             verdict = "absent"
@@ -541,7 +477,7 @@ def _add_flags(meta: GGUFMetadata, out: _Findings) -> list[SpecialId]:
 
 
 def _end_of_generation(
-    meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: _Findings
+    meta: GGUFMetadata, vocabulary: GGUFVocabulary, out: Findings
 ) -> tuple[tuple[int, str, str], ...]:
     """The set llama.cpp derives, with the reason for each member."""
     found: dict[int, str] = {}
@@ -562,32 +498,27 @@ def _end_of_generation(
             "end of generation",
             f"{TURN_CLOSE} is not in llama.cpp's end-of-generation set: generation runs past "
             "the end of the turn",
-            rule=_LOADER,
+            rule=LOADER,
         )
     stray = sorted(texts & (set(PROTOCOL_MARKERS) - {TURN_CLOSE, "<|endoftext|>"}))
     if stray:
         out.add(
             "gguf.eog",
             "end of generation",
-            f"llama.cpp would stop on {_listed(stray)}: turns end in the middle",
-            rule=_LOADER,
+            f"llama.cpp would stop on {listed(stray)}: turns end in the middle",
+            rule=LOADER,
         )
     fim = [t for _, t, why in rows if t in EOG_FIM_TEXTS]
     if fim:
         out.add(
             "gguf.eog_fim",
             "end of generation",
-            f"llama.cpp also stops on {_listed(fim)} (FIM tokens it finds by text); the model "
+            f"llama.cpp also stops on {listed(fim)} (FIM tokens it finds by text); the model "
             "does not write them in a chat turn, so this is harmless for chat",
             severity="note",
-            rule=_LOADER,
+            rule=LOADER,
         )
     return rows
-
-
-def _listed(items: Sequence[str], limit: int = 8) -> str:
-    shown = ", ".join(repr(item) for item in items[:limit])
-    return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
 
 
 # Where llama.cpp's own Jinja engine renders the official template otherwise than transformers
@@ -610,25 +541,25 @@ _JINJA_NOTES: Final = (
 
 def _check_template(
     meta: GGUFMetadata,
-    out: _Findings,
+    out: Findings,
     base_templates: tuple[str | None, str | None] | None,
 ) -> tuple[str | None, str, tuple[str, ...], Any]:
     from ..report import template_behaviour, template_name
     from ..vocabulary import QWEN38_TEMPLATE_SHA256
 
-    template = meta.get(_TEMPLATE)
+    template = meta.get(TEMPLATE_KEY)
     variants = tuple(
         f"{key} ({template_name(hashlib.sha256(str(meta.get(key)).encode()).hexdigest())})"
         for key in meta.values
-        if key.startswith(_TEMPLATE + ".")
+        if key.startswith(TEMPLATE_KEY + ".")
     )
     if not isinstance(template, str):
         out.add(
             "gguf.template_missing",
-            _TEMPLATE,
+            TEMPLATE_KEY,
             "absent: llama.cpp guesses a built-in template (chatml), which is not the Qwen 3.8 "
             "protocol (no reasoning, no XML tool calls)",
-            rule=_CONVERTER,
+            rule=CONVERTER,
         )
         return None, template_name(None), variants, None
     sha = hashlib.sha256(template.encode("utf-8")).hexdigest()
@@ -642,7 +573,7 @@ def _check_template(
         differing = [f.feature for f in behaviour.features if f.status != "identical"]
         out.add(
             "gguf.template",
-            meta.where(_TEMPLATE),
+            meta.where(TEMPLATE_KEY),
             f"{name} (sha256 {sha[:16]}…), not the official Qwen 3.8 template; "
             + (
                 "it renders what the official one renders on every probe"
@@ -654,196 +585,26 @@ def _check_template(
         )
     for pattern, note in _JINJA_NOTES:
         if pattern.search(template):
-            out.add("gguf.jinja", _TEMPLATE, note, severity="note", rule="llama.cpp's Jinja engine")
+            out.add(
+                "gguf.jinja", TEMPLATE_KEY, note, severity="note", rule="llama.cpp's Jinja engine"
+            )
     return sha, name, variants, behaviour
 
 
 def _check_stale(
-    template: str, base_templates: tuple[str | None, str | None], out: _Findings
+    template: str, base_templates: tuple[str | None, str | None], out: Findings
 ) -> None:
     used, in_config = base_templates  # what transformers renders; tokenizer_config.json's
     if used is not None and template != used and in_config is not None and template == in_config:
         out.add(
             "gguf.stale_template",
-            _TEMPLATE,
+            TEMPLATE_KEY,
             "the base's tokenizer_config.json chat_template, not its chat_template.jinja (which "
             "transformers uses): the converter prefers tokenizer_config.json's, so a checkpoint "
             "that updated only the .jinja ships a stale template; update both, or reconvert "
             "after removing the chat_template of tokenizer_config.json",
             rule="gguf-py SpecialVocab._try_load_from_tokenizer_json",
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Against a base
-
-
-@dataclass(frozen=True)
-class _Base:
-    source: str
-    tokenizer: tokenizers.Tokenizer
-    special: Mapping[str, bool]  # added token -> special flag
-    embedding: int | None
-    merges: tuple[str, ...]
-    templates: tuple[str | None, str | None]
-
-
-def _load_base(against: str | os.PathLike[str]) -> _Base:
-    from ..vocabulary import chat_template_text, inspect_checkpoint, tokenizer_config_template
-
-    files = resolve_checkpoint(against)
-    tokenizer, report = inspect_checkpoint(files)
-    special = {t.content: bool(t.special) for t in tokenizer.get_added_tokens_decoder().values()}
-    state_merges = _merges_of(tokenizer)
-    if files.gguf is not None:
-        meta = read_gguf(files.gguf)
-        template = meta.get(_TEMPLATE)
-        vocabulary = gguf_vocabulary(meta)
-        # A GGUF base says CONTROL, not "special"; its types are the flags to expect.
-        special = {
-            vocabulary.tokens[i]: t == CONTROL
-            for i, t in enumerate(vocabulary.types)
-            if t in (CONTROL, USER_DEFINED) and i not in vocabulary.fillers
-        }
-        templates = (template if isinstance(template, str) else None, None)
-        return _Base(
-            str(against), tokenizer, special, len(vocabulary.tokens), state_merges, templates
-        )
-    templates = (chat_template_text(files), tokenizer_config_template(files))
-    return _Base(str(against), tokenizer, special, report.embedding_size, state_merges, templates)
-
-
-def _merges_of(tokenizer: tokenizers.Tokenizer) -> tuple[str, ...]:
-    import json
-
-    merges = json.loads(tokenizer.to_str())["model"].get("merges", [])
-    return tuple(m if isinstance(m, str) else " ".join(m) for m in merges)
-
-
-def _compare_tokens(
-    meta: GGUFMetadata, vocabulary: GGUFVocabulary, real: int, base: _Base, out: _Findings
-) -> None:
-    tokenizer = base.tokenizer
-    size = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
-    moved = []
-    wrong_type = []
-    for token_id in range(max(size, real)):
-        mine = vocabulary.tokens[token_id] if token_id < len(vocabulary.tokens) else None
-        theirs = tokenizer.id_to_token(token_id)
-        if mine != theirs and not (theirs is None and token_id in vocabulary.fillers):
-            moved.append(f"{token_id}: {mine!r} (base {theirs!r})")
-            continue
-        if mine is None or token_id in vocabulary.fillers:
-            continue
-        expected = (
-            expected_marker_type(mine, base.special[mine]) if mine in base.special else NORMAL
-        )
-        if vocabulary.types[token_id] != expected:
-            found = TOKEN_TYPE_NAMES.get(vocabulary.types[token_id], "?")
-            wrong_type.append(
-                f"{token_id} {mine!r}: {found} (converter: {TOKEN_TYPE_NAMES[expected]})"
-            )
-    if moved:
-        out.add(
-            "gguf.tokens_differ",
-            meta.where("tokenizer.ggml.tokens"),
-            f"{len(moved)} IDs hold another token than in {base.source}: {'; '.join(moved[:8])}"
-            + (f"; … ({len(moved) - 8} more)" if len(moved) > 8 else ""),
-            rule=_CONVERTER,
-        )
-    if wrong_type:
-        out.add(
-            "gguf.token_types_differ",
-            meta.where(TYPES),
-            f"{len(wrong_type)} tokens typed otherwise than the converter types {base.source}'s: "
-            + "; ".join(wrong_type[:8]),
-            rule=_CONVERTER,
-        )
-    if base.embedding is not None and base.embedding != len(vocabulary.tokens):
-        out.add(
-            "gguf.embedding",
-            meta.where("tokenizer.ggml.tokens"),
-            f"{len(vocabulary.tokens):,} tokens, but {base.source} has an embedding of "
-            f"{base.embedding:,} rows: the converter fills with [PADn] up to config.json "
-            "vocab_size",
-            rule=_CONVERTER,
-        )
-    _compare_merges(meta, vocabulary, base, out)
-
-
-def _compare_merges(
-    meta: GGUFMetadata, vocabulary: GGUFVocabulary, base: _Base, out: _Findings
-) -> None:
-    if vocabulary.merges == base.merges:
-        return
-    mine, theirs = set(vocabulary.merges), set(base.merges)
-    dropped = [m for m in base.merges if m not in mine]
-    added = [m for m in vocabulary.merges if m not in theirs]
-    order = "" if dropped or added else "the same merges in another order (other priorities); "
-    out.add(
-        "gguf.merges",
-        meta.where("tokenizer.ggml.merges"),
-        f"{len(vocabulary.merges):,} merges against {len(base.merges):,} in {base.source}: {order}"
-        f"{len(dropped)} dropped ({_listed(dropped, 5)}), {len(added)} not in the base"
-        + (f" ({_listed(added, 5)})" if added else ""),
-        rule=_CONVERTER,
-    )
-
-
-def probe_texts(base: tokenizers.Tokenizer) -> list[str]:
-    """The probe corpus (a sample of every Unicode block, code, markers) and the text of every
-    base-vocabulary token (the dead-token probes)."""
-    from ..report import _probe_corpus
-
-    texts = list(_probe_corpus())
-    size = base.get_vocab_size(with_added_tokens=False)
-    texts += [base.decode([i]) for i in range(size)]
-    return texts
-
-
-def compare_probe_ids(
-    tokenizer: tokenizers.Tokenizer, base: tokenizers.Tokenizer, texts: Sequence[str]
-) -> ProbeComparison:
-    """``texts`` encoded by ``tokenizer`` with its own rules and without its normalizer (llama.cpp
-    applies none), each against ``base``."""
-    expected = [e.ids for e in base.encode_batch(list(texts), add_special_tokens=False)]
-    hf = [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-    raw = tokenizers.Tokenizer.from_str(tokenizer.to_str())
-    raw.normalizer = None  # llama.cpp's text path: no NFC
-    llama = [e.ids for e in raw.encode_batch(list(texts), add_special_tokens=False)]
-    differ_hf = [t for t, a, b in zip(texts, hf, expected, strict=False) if a != b]
-    differ_llama = [t for t, a, b in zip(texts, llama, expected, strict=False) if a != b]
-    return ProbeComparison(
-        len(texts),
-        len(differ_hf),
-        len(differ_llama),
-        tuple(differ_hf[:10]),
-        tuple(differ_llama[:10]),
-    )
-
-
-def _check_probes(probes: ProbeComparison, base: str, out: _Findings) -> None:
-    if probes.differ_hf_rules:
-        out.add(
-            "gguf.ids_differ",
-            "probe IDs (HF rules)",
-            f"{probes.differ_hf_rules} of {probes.texts:,} probe texts encode to other IDs than "
-            f"{base} does, with the GGUF's vocabulary under the HF rules (first: "
-            f"{_listed(probes.examples_hf_rules, 3)})",
-        )
-    if probes.differ_llama_text:
-        out.add(
-            "gguf.llama_text_path",
-            "probe IDs (llama.cpp text path)",
-            f"{probes.differ_llama_text} of {probes.texts:,} texts differ as llama.cpp will "
-            "tokenize them (it applies no NFC normalization); normalize first (NFC) or send "
-            "token IDs",
-            severity="note",
-            rule=_LOADER,
-        )
-
-
-# --------------------------------------------------------------------------------------------
 
 
 def validate_gguf(
@@ -854,10 +615,10 @@ def validate_gguf(
     ``CheckpointError`` when the file cannot be read as a GGUF vocabulary at all."""
     meta = read_gguf(source)
     vocabulary = gguf_vocabulary(meta)
-    out = _Findings()
+    out = Findings()
     _check_header(meta, out)
     real = _check_tokens(meta, vocabulary, out)
-    base = None if against is None else _load_base(against)
+    base = None if against is None else load_base(against)
     if base is None:
         _check_fingerprints(meta, vocabulary, real, out)
     markers = _marker_rows(meta, vocabulary, out, None if base is None else base.special)
@@ -870,10 +631,10 @@ def validate_gguf(
     if meta.get(PRE) == "qwen35":  # another pre is refused at load, and reported above
         tokenizer, dead = _load_as_encoder_does(meta, out)
     if base is not None:
-        _compare_tokens(meta, vocabulary, real, base, out)
+        compare_tokens(meta, vocabulary, real, base, out)
         if tokenizer is not None:
             probes = compare_probe_ids(tokenizer, base.tokenizer, probe_texts(base.tokenizer))
-            _check_probes(probes, base.source, out)
+            check_probes(probes, base.source, out)
     _note_user_defined(markers, out)
     return GGUFReport(
         source=str(source),
@@ -897,7 +658,7 @@ def validate_gguf(
     )
 
 
-def _load_as_encoder_does(meta: GGUFMetadata, out: _Findings) -> tuple[tokenizers.Tokenizer, Any]:
+def _load_as_encoder_does(meta: GGUFMetadata, out: Findings) -> tuple[tokenizers.Tokenizer, Any]:
     """Rebuild the tokenizer as ``Encoder.from_pretrained`` does and run its load checks (each
     marker one atomic added token); the dead tokens of the rebuilt vocabulary."""
     from ..report import _cached_dead_tokens
@@ -917,7 +678,7 @@ def _load_as_encoder_does(meta: GGUFMetadata, out: _Findings) -> tuple[tokenizer
     return tokenizer, _cached_dead_tokens(tokenizer, files.tokenizer_json)
 
 
-def _note_user_defined(markers: Sequence[MarkerType], out: _Findings) -> None:
+def _note_user_defined(markers: Sequence[MarkerType], out: Findings) -> None:
     user = [m.marker for m in markers if m.type == "USER_DEFINED"]
     if user:
         out.add(
@@ -927,7 +688,7 @@ def _note_user_defined(markers: Sequence[MarkerType], out: _Findings) -> None:
             "in caller text (parse_special=false does not stop it), so a message spelling "
             "<tool_call> forges a tool call; send qwen-encode's token IDs instead of text",
             severity="note",
-            rule=_LOADER,
+            rule=LOADER,
         )
 
 

@@ -6,6 +6,7 @@ without breaking anything that acts on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -37,3 +38,18 @@ class Problem:
             "severity": self.severity,
             "rule": self.rule,
         }
+
+
+class Findings(list[Problem]):
+    """The problems a validation collects, in the order found."""
+
+    def add(
+        self, code: str, where: str, message: str, severity: Severity = "problem", rule: str = ""
+    ) -> None:
+        self.append(Problem(code, where, message, severity, rule))
+
+
+def listed(items: Sequence[str], limit: int = 8) -> str:
+    """``items`` shown with repr, cut after ``limit`` with the count of the rest."""
+    shown = ", ".join(repr(item) for item in items[:limit])
+    return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
