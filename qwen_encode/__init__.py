@@ -43,9 +43,10 @@ from .protocol import (
     serialize_tool_signatures,
     tools_section,
 )
-from .report import CheckpointReport, Comparison, checkpoint_report, compare_checkpoints
 from .validation import Problem
+from .validation.compare import Comparison, compare_checkpoints
 from .validation.gguf import GGUFReport, validate_gguf
+from .validation.report import CheckpointReport, checkpoint_report
 from .vocabulary import (
     MarkerEntry,
     ValidationReport,

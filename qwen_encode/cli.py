@@ -853,7 +853,7 @@ def _check_template(source: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .report import checkpoint_report
+    from .validation.report import checkpoint_report
 
     try:
         if _is_gguf(args.source):
@@ -999,7 +999,7 @@ def _report_table(full: Any) -> str:
 
     dead = full.dead
     out += ["", f"dead tokens (of {dead.checked:,} checked; --json lists them all)"]
-    from .report import _DEAD_MEANING, DEAD_KINDS
+    from .validation.dead import _DEAD_MEANING, DEAD_KINDS
 
     for kind in DEAD_KINDS:
         tokens = dead.of(kind)

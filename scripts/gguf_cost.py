@@ -99,8 +99,8 @@ def main() -> int:
         _make_gguf(args.checkpoint, path)
 
     from qwen_encode.gguf_reader import read_gguf
-    from qwen_encode.report import checkpoint_report
     from qwen_encode.validation.gguf import validate_gguf
+    from qwen_encode.validation.report import checkpoint_report
 
     reads = _report(
         f"reading the metadata of {path} ({path.stat().st_size:,} bytes)",

@@ -544,8 +544,8 @@ def _check_template(
     out: Findings,
     base_templates: tuple[str | None, str | None] | None,
 ) -> tuple[str | None, str, tuple[str, ...], Any]:
-    from ..report import template_behaviour, template_name
     from ..vocabulary import QWEN38_TEMPLATE_SHA256
+    from .templates import template_behaviour, template_name
 
     template = meta.get(TEMPLATE_KEY)
     variants = tuple(
@@ -661,8 +661,8 @@ def validate_gguf(
 def _load_as_encoder_does(meta: GGUFMetadata, out: Findings) -> tuple[tokenizers.Tokenizer, Any]:
     """Rebuild the tokenizer as ``Encoder.from_pretrained`` does and run its load checks (each
     marker one atomic added token); the dead tokens of the rebuilt vocabulary."""
-    from ..report import _cached_dead_tokens
     from ..vocabulary import inspect_checkpoint
+    from .dead import cached_dead_tokens
 
     files = checkpoint_files_of(str(meta.path), meta)
     tokenizer, loaded = inspect_checkpoint(files)
@@ -675,7 +675,7 @@ def _load_as_encoder_does(meta: GGUFMetadata, out: Findings) -> tuple[tokenizers
             + "; Encoder.from_pretrained refuses this GGUF",
             rule="qwen_encode.vocabulary.load_vocabulary",
         )
-    return tokenizer, _cached_dead_tokens(tokenizer, files.tokenizer_json)
+    return tokenizer, cached_dead_tokens(tokenizer, files.tokenizer_json)
 
 
 def _note_user_defined(markers: Sequence[MarkerType], out: Findings) -> None:
@@ -724,7 +724,7 @@ def render_text(report: GGUFReport) -> str:
     lines += ["", "end of generation (as llama.cpp derives it)"]
     lines += [f"  {i:>8} {t!r}: {why}" for i, t, why in report.eog]
     if report.dead is not None:
-        from ..report import DEAD_KINDS
+        from .dead import DEAD_KINDS
 
         counts = ", ".join(f"{len(report.dead.of(k))} {k}" for k in DEAD_KINDS)
         lines += ["", f"dead tokens  {counts} (of {report.dead.checked:,} checked)"]

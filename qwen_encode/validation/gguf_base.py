@@ -167,9 +167,9 @@ def _compare_merges(
 def probe_texts(base: tokenizers.Tokenizer) -> list[str]:
     """The probe corpus (a sample of every Unicode block, code, markers) and the text of every
     base-vocabulary token (the dead-token probes)."""
-    from ..report import _probe_corpus
+    from .compare import probe_corpus
 
-    texts = list(_probe_corpus())
+    texts = list(probe_corpus())
     size = base.get_vocab_size(with_added_tokens=False)
     texts += [base.decode([i]) for i in range(size)]
     return texts
