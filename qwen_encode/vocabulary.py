@@ -44,6 +44,7 @@ from tokenizers.models import BPE
 from .checkpoint import FILE, CheckpointFiles, path_kind, resolve_checkpoint
 from .errors import CheckpointError, VocabularyError
 from .markers import END_OF_TEXT, PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
+from .problems import Problem
 
 #: sha256 of the official Qwen 3.8 chat template: ``chat_template.jinja`` of Qwen/Qwen3.8-27B at
 #: revision 1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0 (the same text is the ``chat_template`` field
@@ -51,6 +52,11 @@ from .markers import END_OF_TEXT, PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
 QWEN38_TEMPLATE_SHA256: Final = "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041"
 
 TemplateKind: TypeAlias = Literal["qwen3.8", "other", "absent"]
+
+#: Codes of the template problems (``Problem.code``), which the reports act on.
+TEMPLATE_ABSENT: Final = "template.absent"
+TEMPLATE_NOT_OFFICIAL: Final = "template.not_official"
+TEMPLATE_CONFIG_DIFFERS: Final = "template.config_differs"
 
 # The added-token flags that change how a marker is matched in text; each must be false, or the
 # marker would match inside normalised text or swallow neighbouring spaces/words.
@@ -160,6 +166,9 @@ class ValidationReport:
     #: concerned render what the official one renders on every probe.
     template_problem: str | None = None
     config_template_problem: str | None = None
+    #: Every problem and warning above as a value (code, where, message, severity): what code
+    #: acts on; ``problems`` and ``warnings`` are their rendered text.
+    findings: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -190,6 +199,7 @@ class ValidationReport:
             "special_tokens": [entry.to_dict() for entry in self.special_tokens],
             "warnings": list(self.warnings),
             "tie_word_embeddings": self.tie_word_embeddings,
+            "findings": [finding.to_dict() for finding in self.findings],
         }
 
 
@@ -498,16 +508,18 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         files, config, tokenizer, stop, stop_problems
     )
 
+    problems = (
+        *vocabulary_problems,
+        *template_problems,
+        *stop_problems,
+        *embedding_problems,
+        *special_problems,
+    )
+    by_code = {problem.code: str(problem) for problem in template_problems}
     report = ValidationReport(
         source=files.source,
-        problems=(
-            *vocabulary_problems,
-            *template_problems,
-            *stop_problems,
-            *embedding_problems,
-            *special_problems,
-        ),
-        vocabulary_problems=tuple(vocabulary_problems),
+        problems=tuple(map(str, problems)),
+        vocabulary_problems=tuple(map(str, vocabulary_problems)),
         markers=tuple(markers),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
         max_token_id=max_id,
@@ -519,13 +531,11 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
         template=template,
         template_sha256=sha,
         special_tokens=tuple(special),
-        warnings=tuple(warnings),
+        warnings=tuple(map(str, warnings)),
         tie_word_embeddings=tied,
-        # _check_template lists the not-the-official-template problem first.
-        template_problem=template_problems[0] if template == "other" else None,
-        config_template_problem=next(
-            (p for p in template_problems if p.startswith(_CONFIG_TEMPLATE)), None
-        ),
+        template_problem=by_code.get(TEMPLATE_NOT_OFFICIAL),
+        config_template_problem=by_code.get(TEMPLATE_CONFIG_DIFFERS),
+        findings=(*problems, *warnings),
     )
     return tokenizer, report
 
@@ -565,7 +575,9 @@ def _declared_entries(declared: list[Any] | None) -> dict[str, list[dict[str, An
     return by_content
 
 
-def _check_declared_ids(declared: list[Any] | None, tokenizer: tokenizers.Tokenizer) -> list[str]:
+def _check_declared_ids(
+    declared: list[Any] | None, tokenizer: tokenizers.Tokenizer
+) -> list[Problem]:
     """Every added token (marker or not) must load at the one ID tokenizer.json declares: the
     model's embedding rows follow the declared IDs, tokenizers' renumbering would not."""
     problems = []
@@ -573,16 +585,23 @@ def _check_declared_ids(declared: list[Any] | None, tokenizer: tokenizers.Tokeni
         ids = [entry.get("id") for entry in entries]
         if len(entries) > 1:
             problems.append(
-                f"{content!r}: expected exactly one ID in tokenizer.json added_tokens, "
-                f"found IDs {ids}"
+                Problem(
+                    "added_token.ids",
+                    repr(content),
+                    f"expected exactly one ID in tokenizer.json added_tokens, found IDs {ids}",
+                )
             )
             continue
         loaded_id = tokenizer.token_to_id(content)
         if loaded_id != ids[0]:
             problems.append(
-                f"{content!r}: expected ID {ids[0]} as declared in tokenizer.json, found ID "
-                f"{loaded_id} once loaded (tokenizers ignores declared IDs: it numbers added "
-                "tokens in file order after the base vocabulary)"
+                Problem(
+                    "added_token.renumbered",
+                    repr(content),
+                    f"expected ID {ids[0]} as declared in tokenizer.json, found ID "
+                    f"{loaded_id} once loaded (tokenizers ignores declared IDs: it numbers added "
+                    "tokens in file order after the base vocabulary)",
+                )
             )
     return problems
 
@@ -591,13 +610,13 @@ def _check_markers(
     tokenizer: tokenizers.Tokenizer,
     declared: list[Any] | None,
     loaded: Mapping[int, tokenizers.AddedToken],
-) -> tuple[list[MarkerEntry], list[str]]:
+) -> tuple[list[MarkerEntry], list[Problem]]:
     declared_by_content = _declared_entries(declared)
     loaded_by_content: dict[str, tuple[int, tokenizers.AddedToken]] = {
         token.content: (token_id, token) for token_id, token in loaded.items()
     }
     entries: list[MarkerEntry] = []
-    problems: list[str] = []
+    problems: list[Problem] = []
     for marker in PROTOCOL_MARKERS:
         ids = tokenizer.encode(marker, add_special_tokens=False).ids
         token_id = tokenizer.token_to_id(marker)
@@ -607,8 +626,12 @@ def _check_markers(
             base = tokenizer.model.token_to_id(marker)
             found = "none" if base is None else f"only a base-vocabulary entry, ID {base}"
             problems.append(
-                f"{marker!r}: expected an added token in tokenizer.json, found {found} "
-                f"(the text encodes as {len(ids)} tokens {ids})"
+                Problem(
+                    "marker.not_added",
+                    repr(marker),
+                    f"expected an added token in tokenizer.json, found {found} "
+                    f"(the text encodes as {len(ids)} tokens {ids})",
+                )
             )
             entries.append(MarkerEntry(marker, token_id, None, atomic=ids == [token_id]))
             continue
@@ -616,8 +639,12 @@ def _check_markers(
         base = tokenizer.model.token_to_id(marker)
         if base is not None and base != loaded_id:
             problems.append(
-                f"{marker!r}: expected exactly one ID, found added-token ID {loaded_id} and "
-                f"base-vocabulary ID {base}"
+                Problem(
+                    "marker.two_ids",
+                    repr(marker),
+                    f"expected exactly one ID, found added-token ID {loaded_id} and "
+                    f"base-vocabulary ID {base}",
+                )
             )
         # Flags as written in the file when it could be read (tokenizers keeps them as given).
         flags = declared_by_content.get(marker, [{}])[0]
@@ -625,13 +652,20 @@ def _check_markers(
             value = flags.get(flag, getattr(token, flag))
             if value is not False:
                 problems.append(
-                    f"{marker!r}: expected {flag}=false in tokenizer.json, found "
-                    f"{flag}={_flag(value)}"
+                    Problem(
+                        "marker.flag",
+                        repr(marker),
+                        f"expected {flag}=false in tokenizer.json, found {flag}={_flag(value)}",
+                    )
                 )
         atomic = ids == [loaded_id]
         if not atomic:
             problems.append(
-                f"{marker!r}: expected to encode as the single token [{loaded_id}], found {ids}"
+                Problem(
+                    "marker.not_atomic",
+                    repr(marker),
+                    f"expected to encode as the single token [{loaded_id}], found {ids}",
+                )
             )
         entries.append(MarkerEntry(marker, loaded_id, token.special, atomic))
     return entries, problems
@@ -641,7 +675,7 @@ def _check_config_agrees(
     config: Mapping[str, Any],
     declared: list[Any] | None,
     loaded: Mapping[int, tokenizers.AddedToken],
-) -> list[str]:
+) -> list[Problem]:
     """tokenizer_config.json's added_tokens_decoder must describe each marker as tokenizer.json
     does: transformers builds its special-token handling from it, so a disagreement splits the
     truth."""
@@ -650,7 +684,10 @@ def _check_config_agrees(
         return []  # older configs carry no decoder: nothing to disagree with
     where = "tokenizer_config.json added_tokens_decoder"
     if not isinstance(decoder, dict):
-        return [f"{where}: expected an object of ID -> token, found {type(decoder).__name__}"]
+        found = type(decoder).__name__
+        return [
+            Problem("config.decoder", where, f"expected an object of ID -> token, found {found}")
+        ]
     config_by_content: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for key, entry in decoder.items():
         if isinstance(entry, dict) and isinstance(entry.get("content"), str):
@@ -664,14 +701,18 @@ def _check_config_agrees(
         if len(entries) == 1 and isinstance(entries[0].get("id"), int):
             reference[content] = (entries[0]["id"], entries[0])
 
-    problems = []
+    problems: list[Problem] = []
     for marker in PROTOCOL_MARKERS:
         listed = config_by_content.get(marker, [])
         if marker not in reference:
             if listed:
                 problems.append(
-                    f"{marker!r}: expected {where} to agree with tokenizer.json (no such added "
-                    f"token), found it at ID {', '.join(key for key, _ in listed)}"
+                    Problem(
+                        "config.marker_extra",
+                        repr(marker),
+                        f"expected {where} to agree with tokenizer.json (no such added "
+                        f"token), found it at ID {', '.join(key for key, _ in listed)}",
+                    )
                 )
             continue
         ref_id, ref_flags = reference[marker]
@@ -679,26 +720,42 @@ def _check_config_agrees(
             there = decoder.get(str(ref_id))
             other = f" (ID {ref_id} there is {there.get('content')!r})" if there else ""
             problems.append(
-                f"{marker!r}: expected {where} to list it at ID {ref_id} as tokenizer.json does, "
-                f"found no entry{other}"
+                Problem(
+                    "config.marker_missing",
+                    repr(marker),
+                    f"expected {where} to list it at ID {ref_id} as tokenizer.json does, "
+                    f"found no entry{other}",
+                )
             )
             continue
         if len(listed) > 1:
             problems.append(
-                f"{marker!r}: expected exactly one ID in {where}, found IDs "
-                f"[{', '.join(key for key, _ in listed)}]"
+                Problem(
+                    "config.marker_ids",
+                    repr(marker),
+                    f"expected exactly one ID in {where}, found IDs "
+                    f"[{', '.join(key for key, _ in listed)}]",
+                )
             )
             continue
         key, entry = listed[0]
         if key != str(ref_id):
             problems.append(
-                f"{marker!r}: expected ID {ref_id} in {where} as in tokenizer.json, found ID {key}"
+                Problem(
+                    "config.marker_id",
+                    repr(marker),
+                    f"expected ID {ref_id} in {where} as in tokenizer.json, found ID {key}",
+                )
             )
         for flag in _ALL_FLAGS:
             if flag in entry and flag in ref_flags and entry[flag] != ref_flags[flag]:
                 problems.append(
-                    f"{marker!r}: expected {flag}={_flag(ref_flags[flag])} in {where} as in "
-                    f"tokenizer.json, found {flag}={_flag(entry[flag])}"
+                    Problem(
+                        "config.marker_flag",
+                        repr(marker),
+                        f"expected {flag}={_flag(ref_flags[flag])} in {where} as in "
+                        f"tokenizer.json, found {flag}={_flag(entry[flag])}",
+                    )
                 )
     return problems
 
@@ -730,7 +787,7 @@ def _template_text(config: Mapping[str, Any] | None) -> str | None:
 
 def _check_template(
     files: CheckpointFiles, config: Mapping[str, Any] | None
-) -> tuple[TemplateKind, str | None, list[str]]:
+) -> tuple[TemplateKind, str | None, list[Problem]]:
     in_config = _template_text(config)
     config_sha = None if in_config is None else _sha256(in_config.encode("utf-8"))
     if files.chat_template is not None:
@@ -739,29 +796,40 @@ def _check_template(
     elif config_sha is not None:
         sha, where = config_sha, "tokenizer_config.json chat_template"
     else:
-        problem = (
-            "chat template: expected chat_template.jinja or a chat_template in "
-            "tokenizer_config.json, found neither"
+        problem = Problem(
+            TEMPLATE_ABSENT,
+            "chat template",
+            "expected chat_template.jinja or a chat_template in tokenizer_config.json, found "
+            "neither",
         )
         return "absent", None, [problem]
     kind: TemplateKind = "qwen3.8" if sha == QWEN38_TEMPLATE_SHA256 else "other"
     problems = []
     if kind == "other":
         problems.append(
-            f"{where}: expected the official Qwen 3.8 template (sha256 {QWEN38_TEMPLATE_SHA256}), "
-            f"found sha256 {sha}: another protocol, or a modified template"
+            Problem(
+                TEMPLATE_NOT_OFFICIAL,
+                where,
+                f"expected the official Qwen 3.8 template (sha256 {QWEN38_TEMPLATE_SHA256}), "
+                f"found sha256 {sha}: another protocol, or a modified template",
+            )
         )
     if config_sha is not None and config_sha != sha:
         # Tools that read only tokenizer_config.json (older transformers, converters) would
         # render another prompt than the one this checkpoint is judged by.
         problems.append(
-            f"{_CONFIG_TEMPLATE}: expected the template of "
-            f"chat_template.jinja (sha256 {sha}), found another one (sha256 {config_sha})"
+            Problem(
+                TEMPLATE_CONFIG_DIFFERS,
+                _CONFIG_TEMPLATE,
+                f"expected the template of chat_template.jinja (sha256 {sha}), found another "
+                f"one (sha256 {config_sha})",
+            )
         )
     return kind, sha, problems
 
 
 _CONFIG_TEMPLATE: Final = "tokenizer_config.json chat_template"
+_GENERATION_EOS: Final = "generation_config.json eos_token_id"
 
 
 def _sha256(data: bytes) -> str:
@@ -789,41 +857,56 @@ def _shown(value: object, limit: int = 200) -> str:
 
 def _check_stop_tokens(
     files: CheckpointFiles, im_end: int | None, tokenizer: tokenizers.Tokenizer
-) -> tuple[tuple[int, ...] | None, list[str]]:
+) -> tuple[tuple[int, ...] | None, list[Problem]]:
     expected = f"{im_end} ({TURN_CLOSE!r})" if im_end is not None else f"the ID of {TURN_CLOSE!r}"
     if files.generation_config is None:
         return None, [
-            f"generation_config.json: expected stop tokens (eos_token_id) including {expected}, "
-            "found no file"
+            Problem(
+                "stop.no_file",
+                "generation_config.json",
+                f"expected stop tokens (eos_token_id) including {expected}, found no file",
+            )
         ]
     raw = _read_json(files.generation_config).get("eos_token_id")
     values = raw if isinstance(raw, list) else [raw]
     if not values or not all(_is_id(v) for v in values):
         return None, [
-            f"generation_config.json eos_token_id: expected a token ID or a list of IDs including "
-            f"{expected}, found {_shown(raw)}"
+            Problem(
+                "stop.invalid",
+                _GENERATION_EOS,
+                f"expected a token ID or a list of IDs including {expected}, found {_shown(raw)}",
+            )
         ]
     stop = tuple(values)
     problems = []
     if im_end is None or im_end not in stop:
         problems.append(
-            "generation_config.json eos_token_id: expected to include "
-            f"{expected}, found {_shown(list(stop))}"
+            Problem(
+                "stop.no_im_end",
+                _GENERATION_EOS,
+                f"expected to include {expected}, found {_shown(list(stop))}",
+            )
         )
     problems.extend(
-        f"generation_config.json eos_token_id: expected IDs of the vocabulary, found "
-        f"{_shown(token_id)}, which is no token"
+        Problem(
+            "stop.not_a_token",
+            _GENERATION_EOS,
+            f"expected IDs of the vocabulary, found {_shown(token_id)}, which is no token",
+        )
         for token_id in stop
         if not _is_token(tokenizer, token_id)
     )
     return stop, problems
 
 
-def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, list[str]]:
+def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, list[Problem]]:
     if files.config is None:
         return None, [
-            f"config.json: expected vocab_size (the embedding size) of at least {max_id + 1}, "
-            "found no file"
+            Problem(
+                "embedding.no_file",
+                "config.json",
+                f"expected vocab_size (the embedding size) of at least {max_id + 1}, found no file",
+            )
         ]
     config = _read_json(files.config)
     text_config = config.get("text_config")
@@ -837,23 +920,34 @@ def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, l
     present = {where: value for where, value in candidates.items() if value is not None}
     if not present:
         return None, [
-            f"config.json: expected vocab_size (top level or under text_config) of at least "
-            f"{max_id + 1}, found neither"
+            Problem(
+                "embedding.absent",
+                "config.json",
+                f"expected vocab_size (top level or under text_config) of at least "
+                f"{max_id + 1}, found neither",
+            )
         ]
     problems = []
     for where, size in present.items():
         if not _is_id(size):
             problems.append(
-                f"config.json {where}: expected an integer of at least {max_id + 1}, found "
-                f"{_shown(size)}"
+                Problem(
+                    "embedding.invalid",
+                    f"config.json {where}",
+                    f"expected an integer of at least {max_id + 1}, found {_shown(size)}",
+                )
             )
         elif size <= max_id:
             # A vocabulary larger than the embedding fails at inference time (index error, or
             # silently reading another row), so every ID up to the largest must have a row.
             rows = f": token IDs {size}..{max_id} have no embedding row" if size >= 0 else ""
             problems.append(
-                f"config.json {where}: expected at least {max_id + 1} (the largest token ID is "
-                f"{max_id}), found {size}{rows}"
+                Problem(
+                    "embedding.too_small",
+                    f"config.json {where}",
+                    f"expected at least {max_id + 1} (the largest token ID is {max_id}), found "
+                    f"{size}{rows}",
+                )
             )
     sizes = [size for size in present.values() if _is_id(size)]
     return (sizes[0] if sizes else None), problems
@@ -946,14 +1040,14 @@ def _check_special_tokens(
     config: Mapping[str, Any] | None,
     tokenizer: tokenizers.Tokenizer,
     stop: tuple[int, ...] | None,
-    stop_problems: list[str],
-) -> tuple[list[SpecialTokenEntry], list[str], list[str], bool | None]:
+    stop_problems: list[Problem],
+) -> tuple[list[SpecialTokenEntry], list[Problem], list[Problem], bool | None]:
     """Each stop/special-token field against the rule in the constants above. The
     generation_config.json stop list is judged by ``_check_stop_tokens`` (its problems are
     already listed); it is only shown here, with the rule."""
     entries: list[SpecialTokenEntry] = []
-    problems: list[str] = []
-    warnings: list[str] = []
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
     if files.generation_config is None or stop is None:
         entries.append(
             SpecialTokenEntry(
@@ -973,9 +1067,14 @@ def _check_special_tokens(
             # The chat protocol only needs <|im_end|>, so this is no problem; but the official
             # list has both, and without it output that ends a document does not stop there.
             warnings.append(
-                f"generation_config.json eos_token_id: no {END_OF_TEXT!r} ({end_of_text}), which "
-                f"the official list [{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a "
-                "document with it (raw-text completions, no chat template) does not stop there"
+                Problem(
+                    "stop.no_end_of_text",
+                    _GENERATION_EOS,
+                    f"no {END_OF_TEXT!r} ({end_of_text}), which the official list "
+                    f"[{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a document with it "
+                    "(raw-text completions, no chat template) does not stop there",
+                    "warning",
+                )
             )
             stop_verdict = "warning"
         entries.append(
@@ -996,16 +1095,27 @@ def _check_special_tokens(
             if value is None:
                 if name == "pad_token":
                     warnings.append(
-                        f"{where}: no pad token; trainers commonly fall back to eos_token "
-                        f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}"
+                        Problem(
+                            "special.no_pad",
+                            where,
+                            "no pad token; trainers commonly fall back to eos_token "
+                            f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}",
+                            "warning",
+                        )
                     )
                     entries.append(SpecialTokenEntry(where, None, "none", rule, "warning"))
                 else:
-                    problems.append(f"{where}: expected {TURN_CLOSE!r}, found none")
+                    problems.append(
+                        Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found none")
+                    )
                     entries.append(SpecialTokenEntry(where, None, "none", rule, "problem"))
                 continue
             if not isinstance(value, str):
-                problems.append(f"{where}: expected a token string, found {_shown(raw)}")
+                problems.append(
+                    Problem(
+                        "special.invalid", where, f"expected a token string, found {_shown(raw)}"
+                    )
+                )
                 entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
                 continue
             token_id = tokenizer.token_to_id(value)
@@ -1013,16 +1123,26 @@ def _check_special_tokens(
             verdict: Literal["ok", "problem", "warning", "absent"] = "ok"
             if token_id is None:
                 problems.append(
-                    f"{where}: expected a token of the vocabulary, found {value!r}, which is none"
+                    Problem(
+                        "special.not_a_token",
+                        where,
+                        f"expected a token of the vocabulary, found {value!r}, which is none",
+                    )
                 )
                 verdict = "problem"
             elif name == "eos_token" and value != TURN_CLOSE:
-                problems.append(f"{where}: expected {TURN_CLOSE!r}, found {value!r}")
+                problems.append(
+                    Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found {value!r}")
+                )
                 verdict = "problem"
             elif name == "pad_token" and value == TURN_CLOSE:
                 warnings.append(
-                    f"{where}: {TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use "
-                    f"{END_OF_TEXT!r})"
+                    Problem(
+                        "special.pad_is_im_end",
+                        where,
+                        f"{TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use {END_OF_TEXT!r})",
+                        "warning",
+                    )
                 )
                 verdict = "warning"
             entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
@@ -1051,9 +1171,13 @@ def _check_special_tokens(
                 ids = raw if isinstance(raw, list) and listable else [raw]
                 bad = [v for v in ids if not (_is_id(v) and _is_token(tokenizer, v))]
                 if bad or not ids:
+                    expected = "token IDs" if listable else "a token ID or null"
                     problems.append(
-                        f"{where}: expected {'token IDs' if listable else 'a token ID or null'} "
-                        f"of the vocabulary, found {_shown(raw)}"
+                        Problem(
+                            "special.config_id",
+                            where,
+                            f"expected {expected} of the vocabulary, found {_shown(raw)}",
+                        )
                     )
                 entries.append(
                     SpecialTokenEntry(

@@ -107,6 +107,7 @@ def test_qwen38_report_contents(qwen38_dir: Path) -> None:
         "embedding_size",
         "template",
         "template_sha256",
+        "findings",
         "special_tokens",
         "warnings",
         "tie_word_embeddings",
@@ -969,3 +970,26 @@ def test_config_bos_null_is_fine(qwen38_dir: Path, tmp_path: Path) -> None:
     folder = mutated_copy(qwen38_dir, tmp_path / "c", files={"config.json": edit})
     report = validate_checkpoint(folder)
     assert report.ok and report.tie_word_embeddings is True
+
+
+def test_problems_are_values_with_codes(tmp_path: Path) -> None:
+    """Every problem string of the report is the rendering of a Problem value whose code and
+    where other code acts on (the report lifts template problems by code, not by prefix)."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(TINY, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = "{{ messages }}"
+    config["pad_token"] = TURN_CLOSE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "generation_config.json").unlink()
+    report = validate_checkpoint(folder)
+    problems = [f for f in report.findings if f.severity == "problem"]
+    assert [str(f) for f in problems] == list(report.problems)
+    assert [str(f) for f in report.findings if f.severity == "warning"] == list(report.warnings)
+    codes = {f.code for f in report.findings}
+    assert {"template.config_differs", "stop.no_file", "special.pad_is_im_end"} <= codes
+    differs = next(f for f in problems if f.code == "template.config_differs")
+    assert differs.where == "tokenizer_config.json chat_template"
+    assert report.config_template_problem == str(differs)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert {"code", "where", "message", "severity", "rule"} == set(data["findings"][0])
