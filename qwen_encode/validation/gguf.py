@@ -544,7 +544,7 @@ def _check_template(
     out: Findings,
     base_templates: tuple[str | None, str | None] | None,
 ) -> tuple[str | None, str, tuple[str, ...], Any]:
-    from ..vocabulary import QWEN38_TEMPLATE_SHA256
+    from .rules import QWEN38_TEMPLATE_SHA256
     from .templates import template_behaviour, template_name
 
     template = meta.get(TEMPLATE_KEY)

@@ -10,7 +10,6 @@ from typing import Any
 
 from ..checkpoint import resolve_checkpoint
 from ..vocabulary import (
-    QWEN38_TEMPLATE_SHA256,
     ValidationReport,
     chat_template_text,
     inspect_checkpoint,
@@ -18,6 +17,7 @@ from ..vocabulary import (
 )
 from .compare import Comparison, compare_loaded
 from .dead import DeadTokens, cached_dead_tokens
+from .rules import QWEN38_TEMPLATE_SHA256
 from .templates import (
     PROBES,
     BehaviourReport,

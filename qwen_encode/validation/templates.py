@@ -20,9 +20,7 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from ..errors import PromptError
 from ..protocol import format_prompt
-from ..vocabulary import (
-    QWEN38_TEMPLATE_SHA256,
-)
+from .rules import QWEN38_TEMPLATE_SHA256
 
 #: Chat templates recognised by sha256, with where each text comes from. Only hashes and names
 #: are stored here, never the third-party templates themselves.
