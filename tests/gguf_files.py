@@ -46,3 +46,12 @@ def write_gguf(
         mutate(fields)
     make_gguf().write_fields({k: tuple(v) for k, v in fields.items()}, out)
     return out
+
+
+@pytest.fixture
+def gguf_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The cache the rebuilt tokenizer.json files go to, under this session's temporary folder
+    (shared by the tests of a session, never the user's ~/.cache)."""
+    cache = tmp_path_factory.getbasetemp() / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache

@@ -18,6 +18,7 @@ import pytest
 import qwen_encode as qe
 from qwen_encode.cli import main as cli_main
 from tests.gguf_files import TINY, write_gguf
+from tests.test_examples_serving import OUTPUT, TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location(
@@ -27,23 +28,6 @@ assert _spec is not None and _spec.loader is not None
 recipe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(recipe)
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
-OUTPUT = (
-    "The user wants weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n"
-    "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
-    "</tool_call>"
-)
 REQUEST = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
 
 

@@ -13,15 +13,16 @@ import pytest
 
 import qwen_encode as qe
 from qwen_encode.errors import CheckpointError, VocabularyError
-from tests.gguf_files import TINY, write_gguf
+from tests.gguf_files import (
+    TINY,
+    gguf_cache,  # noqa: F401  (the fixture, used by name below)
+    write_gguf,
+)
 from tests.test_cli import run
 
 from .conformance.corpus import generate
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))
+pytestmark = pytest.mark.usefixtures("gguf_cache")
 
 
 @pytest.fixture(scope="module")

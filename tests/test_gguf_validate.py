@@ -13,15 +13,18 @@ import pytest
 
 from qwen_encode.errors import CheckpointError
 from qwen_encode.validation.gguf import render_text, validate_gguf
-from tests.gguf_files import TINY, make_gguf, write_gguf
+from tests.gguf_files import (
+    TINY,
+    gguf_cache,  # noqa: F401  (the fixture, used by name below)
+    make_gguf,
+    write_gguf,
+)
 from tests.test_cli import run
 
 IM_END, THINK, TOOL_CALL = 2050, 2072, 2062  # the tiny fixture's IDs (tokenizer_config.json)
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))
+pytestmark = pytest.mark.usefixtures("gguf_cache")
 
 
 @pytest.fixture(scope="module")
