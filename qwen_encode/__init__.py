@@ -44,8 +44,11 @@ from .protocol import (
     serialize_tool_signatures,
     tools_section,
 )
-from .report import CheckpointReport, Comparison, checkpoint_report, compare_checkpoints
 from .rollout import DRIFT_KINDS, Drift, SampledTurn
+from .validation import Problem
+from .validation.compare import Comparison, compare_checkpoints
+from .validation.gguf import GGUFReport, validate_gguf
+from .validation.report import CheckpointReport, checkpoint_report
 from .vocabulary import (
     MarkerEntry,
     ValidationReport,
@@ -67,12 +70,14 @@ __all__ = [
     "Encoder",
     "Encoding",
     "EngineName",
+    "GGUFReport",
     "ImageBlock",
     "MarkerEncoder",
     "MarkerEntry",
     "MarkerInTextError",
     "MarkersInText",
     "ParseError",
+    "Problem",
     "Prompt",
     "PromptError",
     "PromptPlan",
@@ -116,4 +121,5 @@ __all__ = [
     "turns_from_messages",
     "typed_parameter_value",
     "validate_checkpoint",
+    "validate_gguf",
 ]

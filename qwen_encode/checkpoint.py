@@ -60,6 +60,9 @@ class CheckpointFiles:
     # a local one as its files: the folder may not exist there.
     from_hub: bool = False
     revision: str | None = None
+    #: The GGUF file this checkpoint was read from (its ``tokenizer_json`` is then the one rebuilt
+    #: from the GGUF's vocabulary, under the cache); None for a tokenizer.json checkpoint.
+    gguf: Path | None = None
 
     @classmethod
     def in_folder(cls, source: str, folder: Path, tokenizer_json: Path) -> CheckpointFiles:
@@ -165,7 +168,9 @@ def resolve_checkpoint(
     """Locate the tokenizer files of ``source``.
 
     ``source`` is a local folder holding ``tokenizer.json``, a path to a ``tokenizer.json`` (its
-    sibling files are used), or a hub repo id (``org/name``) resolved with
+    sibling files are used), a GGUF file (llama.cpp; shard 1 of a split one is read, and its
+    vocabulary is rebuilt as the ``tokenizer.json`` it stands for: ``qwen_encode.gguf_tokenizer``),
+    or a hub repo id (``org/name``) resolved with
     ``huggingface_hub.snapshot_download`` restricted to ``TOKENIZER_FILES``. ``revision``,
     ``cache_dir`` and ``local_files_only`` apply to hub ids only. ``HF_HUB_OFFLINE``,
     ``HF_HUB_CACHE`` and ``HF_HOME`` are read when this is called, not when huggingface_hub was
@@ -216,8 +221,21 @@ def _resolve_local(source: str, path: Path, kind: str) -> CheckpointFiles:
             )
         return CheckpointFiles.in_folder(source, path, tokenizer_json)
     if kind == FILE:
+        if path.suffix.lower() == ".gguf" or _starts_with(path, b"GGUF"):
+            # Imported here: the GGUF modules sit on top of this one.
+            from .gguf_tokenizer import gguf_checkpoint_files
+
+            return gguf_checkpoint_files(source, path)
         return CheckpointFiles.in_folder(source, path.parent, path)
     raise CheckpointError(f"{path}: {kind}, neither a folder nor a {TOKENIZER_JSON} file")
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False  # reported by whoever reads the file next, with its path
 
 
 def _env_true(name: str) -> bool:

@@ -853,9 +853,11 @@ def _check_template(source: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .report import checkpoint_report
+    from .validation.report import checkpoint_report
 
     try:
+        if _is_gguf(args.source):
+            return _validate_gguf(args)
         report = checkpoint_report(args.source, against=args.against)
     except Exception as error:
         # Nothing to report on: the files cannot be found or read. The checkpoint does not carry
@@ -871,6 +873,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(_report_table(report))
+    return EXIT_OK if report.ok else EXIT_LINES_FAILED
+
+
+def _is_gguf(source: str) -> bool:
+    from .gguf_reader import is_gguf_path
+
+    return source.lower().endswith(".gguf") or is_gguf_path(Path(source))
+
+
+def _validate_gguf(args: argparse.Namespace) -> int:
+    from .validation.gguf import render_text, validate_gguf
+
+    report = validate_gguf(args.source, against=args.against)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render_text(report))
     return EXIT_OK if report.ok else EXIT_LINES_FAILED
 
 
@@ -980,7 +999,7 @@ def _report_table(full: Any) -> str:
 
     dead = full.dead
     out += ["", f"dead tokens (of {dead.checked:,} checked; --json lists them all)"]
-    from .report import _DEAD_MEANING, DEAD_KINDS
+    from .validation.dead import _DEAD_MEANING, DEAD_KINDS
 
     for kind in DEAD_KINDS:
         tokens = dead.of(kind)
@@ -1273,7 +1292,10 @@ that is not the official one, its behaviour feature by feature against the nativ
 (needs jinja2); prefix stability across turns; dead tokens (entries their own text never
 encodes to); with --against BASE, every difference from the base.
 
-SRC is a local folder, a tokenizer.json path or a hub repo id (only tokenizer files are fetched).
+SRC is a local folder, a tokenizer.json path, a hub repo id (only tokenizer files are fetched) or a
+GGUF file (llama.cpp): its vocabulary, token types, merges, special IDs, end-of-generation set
+and template are judged against what llama.cpp's converter writes from the official checkpoint;
+with --against, probe IDs are compared under the HF rules and as llama.cpp's text path will.
 Exit 0 when the checkpoint carries the protocol (and, with --against, is tokenizer-compatible
 with BASE), 1 when it does not or cannot be read, 2 for bad arguments. A template that is not
 byte-identical to the official one but renders identically on every probe passes, with a
@@ -1285,6 +1307,7 @@ examples:
   {PROG} validate {TINY_FIXTURE}
   {PROG} validate {DEFAULT_MODEL} --json
   {PROG} validate ./my-finetune --against {DEFAULT_MODEL}
+  {PROG} validate model.gguf --against ./checkpoint-folder --json
 """
 
 PARSE_HELP = """\
@@ -1326,7 +1349,7 @@ def _add_model(parser: argparse.ArgumentParser, default: str | None, note: str) 
         "--model",
         metavar="SRC",
         default=default,
-        help=f"checkpoint: local folder, tokenizer.json path or hub repo id ({note})",
+        help=f"checkpoint: local folder, tokenizer.json path, GGUF file or hub repo id ({note})",
     )
 
 
@@ -1436,7 +1459,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate = command(
         "validate", "check a checkpoint's vocabulary", VALIDATE_HELP, VALIDATE_EXAMPLE
     )
-    validate.add_argument("source", metavar="SRC", help="checkpoint folder or hub repo id")
+    validate.add_argument(
+        "source", metavar="SRC", help="checkpoint folder, hub repo id or GGUF file"
+    )
     validate.add_argument("--json", action="store_true", help="print the report as JSON")
     validate.add_argument(
         "--against",

@@ -27,61 +27,51 @@ from ``validate_checkpoint`` as from loading: there is no vocabulary to report o
 
 from __future__ import annotations
 
-import hashlib
 import json
-import mmap
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final
 
 import tokenizers
 from tokenizers.models import BPE
 
-from .checkpoint import FILE, CheckpointFiles, path_kind, resolve_checkpoint
+from .checkpoint import CheckpointFiles, path_kind, resolve_checkpoint
+
+# Also this module's names for callers of earlier versions (redundant aliases re-export them).
+from .checkpoint_json import MAX_SIDE_FILE_BYTES as MAX_SIDE_FILE_BYTES
+from .checkpoint_json import MAX_TOKENIZER_JSON_BYTES as MAX_TOKENIZER_JSON_BYTES
+from .checkpoint_json import (
+    check_ends_as_an_object,
+    checked_size,
+    declared_added_tokens,
+    read_bytes,
+    read_json,
+)
 from .errors import CheckpointError, VocabularyError
-from .markers import END_OF_TEXT, PROTOCOL_MARKERS, TURN_CLOSE, TURN_OPEN
-
-#: sha256 of the official Qwen 3.8 chat template: ``chat_template.jinja`` of Qwen/Qwen3.8-27B at
-#: revision 1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0 (the same text is the ``chat_template`` field
-#: of that revision's ``tokenizer_config.json``). Any other template renders another protocol.
-QWEN38_TEMPLATE_SHA256: Final = "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041"
-
-TemplateKind: TypeAlias = Literal["qwen3.8", "other", "absent"]
+from .markers import PROTOCOL_MARKERS, TURN_CLOSE
+from .problems import Problem
+from .validation.rules import QWEN38_TEMPLATE_SHA256 as QWEN38_TEMPLATE_SHA256
+from .validation.rules import (
+    TEMPLATE_CONFIG_DIFFERS,
+    TEMPLATE_NOT_OFFICIAL,
+    bos_policy,
+    check_embedding,
+    check_special_tokens,
+    check_stop_tokens,
+    check_template,
+    summary,
+    template_text,
+)
+from .validation.rules import SpecialTokenEntry as SpecialTokenEntry
+from .validation.rules import TemplateKind as TemplateKind
 
 # The added-token flags that change how a marker is matched in text; each must be false, or the
 # marker would match inside normalised text or swallow neighbouring spaces/words.
 _MATCH_FLAGS: Final = ("normalized", "lstrip", "rstrip", "single_word")
 _ALL_FLAGS: Final = ("special", *_MATCH_FLAGS)
-
-#: The largest ``tokenizer.json`` read: 256 MiB, 23 times the Qwen 3.8 one (11 MB for 248k tokens)
-#: and several times the largest vocabularies published (a few tens of MB). tokenizers reads the
-#: whole file before it can fail, and a broken file's diagnosis parses it once more: a 2 GB file
-#: cost 17.7 s and 10.5 GB of memory before this bound.
-MAX_TOKENIZER_JSON_BYTES: Final = 256 << 20
-#: The largest side file read (tokenizer_config.json, configs, the chat template): 16 MiB, about
-#: 900 times the largest real one (tokenizer_config.json, 18 KB).
-MAX_SIDE_FILE_BYTES: Final = 16 << 20
-# How much of the end of tokenizer.json is read at a time to find its last non-blank byte.
-_TAIL_READ: Final = 1 << 16
-_JSON_BLANKS: Final = b" \t\n\r"
-
-# Patterns over tokenizer.json's bytes that find its top-level "added_tokens" whatever the key
-# order, stepping over every other value without building it: the ``model`` value (megabytes of
-# vocabulary and merges) is never parsed a second time. Each is written so that every byte can
-# match in one way only (the "unrolled loop"), which keeps a failed attempt linear, never
-# exponential. _FLAT steps over scalars, strings and innermost arrays/objects (those holding no
-# bracket outside strings, such as a vocab object or a merge pair), stopping at any other bracket.
-_BLANKS = re.compile(rb"[ \t\n\r]*")
-_STRING_RE: Final = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
-_STRING = re.compile(_STRING_RE, re.S)
-_SCALAR = re.compile(rb"[^,\]}\s]+")
-_PLAIN: Final = rb'[^"\[\]{}]*'
-_LEAF: Final = rb"[\[{]" + _PLAIN + rb"(?:" + _STRING_RE + _PLAIN + rb")*[\]}]"
-_FLAT = re.compile(_PLAIN + rb"(?:(?:" + _STRING_RE + rb"|" + _LEAF + rb")" + _PLAIN + rb")*", re.S)
 
 
 @dataclass(frozen=True)
@@ -101,28 +91,6 @@ class MarkerEntry:
             "id": self.id,
             "special": self.special,
             "atomic": self.atomic,
-        }
-
-
-@dataclass(frozen=True)
-class SpecialTokenEntry:
-    """One stop/special-token field of the side files: where it is, what it holds (as the file
-    has it, and as tokens), the rule it must follow and why, and the verdict: "ok", "problem"
-    (listed in ``problems``), "warning" (listed in ``warnings``) or "absent"."""
-
-    field: str
-    value: Any
-    tokens: str
-    rule: str
-    verdict: Literal["ok", "problem", "warning", "absent"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "field": self.field,
-            "value": self.value,
-            "tokens": self.tokens,
-            "rule": self.rule,
-            "verdict": self.verdict,
         }
 
 
@@ -160,6 +128,9 @@ class ValidationReport:
     #: concerned render what the official one renders on every probe.
     template_problem: str | None = None
     config_template_problem: str | None = None
+    #: Every problem and warning above as a value (code, where, message, severity): what code
+    #: acts on; ``problems`` and ``warnings`` are their rendered text.
+    findings: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -190,6 +161,7 @@ class ValidationReport:
             "special_tokens": [entry.to_dict() for entry in self.special_tokens],
             "warnings": list(self.warnings),
             "tie_word_embeddings": self.tie_word_embeddings,
+            "findings": [finding.to_dict() for finding in self.findings],
         }
 
 
@@ -273,59 +245,17 @@ def chat_template_kind(
     files = resolve_checkpoint(
         source, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
     )
-    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
-    return _check_template(files, config)[0]
+    config = read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return check_template(files, config)[0]
 
 
 # --- reading files ------------------------------------------------------------------------------
 
 
-def _checked_size(path: Path, limit: int) -> int:
-    """The size of ``path``, after checking it is a regular file (never open a FIFO: it blocks)
-    no larger than ``limit``; ``CheckpointError`` naming the path otherwise."""
-    kind = path_kind(path)
-    if kind != FILE:
-        raise CheckpointError(f"{path}: {kind or 'missing'}, not a file")
-    try:
-        size = path.stat().st_size
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
-    if size > limit:
-        raise CheckpointError(
-            f"{path}: {size:,} bytes, more than the {limit:,} (= {limit >> 20} MiB) read from a "
-            "checkpoint file of this kind: not a vocabulary's file, or padded with garbage"
-        )
-    return size
-
-
-def _check_ends_as_an_object(path: Path, size: int) -> None:
-    """Refuse, from the file's last bytes alone, a tokenizer.json that cannot be one JSON object:
-    truncated, or followed by other data (NUL padding from a failed copy). tokenizers would read
-    and parse all of it before failing."""
-    tail, end = b"", size
-    try:
-        with path.open("rb") as handle:
-            while end > 0 and not tail:
-                start = max(0, end - _TAIL_READ)
-                handle.seek(start)
-                tail = handle.read(end - start).rstrip(_JSON_BLANKS)
-                end = start + len(tail)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
-    if not tail:
-        raise CheckpointError(f"{path}: empty, or only blanks: not a tokenizer.json")
-    if not tail.endswith(b"}"):
-        raise CheckpointError(
-            f"{path}: invalid JSON (it must end with the }} closing its object; found "
-            f"{tail[-12:]!r} ending at byte {end - 1:,}: a truncated file, or data after the "
-            "JSON such as NUL padding)"
-        )
-
-
 def _load_tokenizer(path: Path) -> tokenizers.Tokenizer:
     if path_kind(path) is None:
         raise CheckpointError(f"{path}: missing; a checkpoint needs tokenizer.json")
-    _check_ends_as_an_object(path, _checked_size(path, MAX_TOKENIZER_JSON_BYTES))
+    check_ends_as_an_object(path, checked_size(path, MAX_TOKENIZER_JSON_BYTES))
     try:
         if _utf8_path(path):
             tokenizer = tokenizers.Tokenizer.from_file(str(path))
@@ -367,105 +297,6 @@ def _why_unloadable(path: Path, error: Exception) -> str:
     return f"{path}: valid JSON but not a tokenizer.json that tokenizers can load ({error})"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    _checked_size(path, MAX_SIDE_FILE_BYTES)
-    try:
-        with path.open(encoding="utf-8") as handle:
-            value = json.load(handle)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
-    except UnicodeDecodeError as error:
-        raise CheckpointError(f"{path}: not UTF-8 text ({error})") from error
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: invalid JSON ({error})") from error
-    except RecursionError as error:
-        raise CheckpointError(f"{path}: JSON nested too deeply to read") from error
-    except ValueError as error:  # an integer past Python's digit limit (4300 digits)
-        raise CheckpointError(f"{path}: JSON that cannot be read ({error})") from error
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(value).__name__}")
-    return value
-
-
-def _read_bytes(path: Path) -> bytes:
-    _checked_size(path, MAX_SIDE_FILE_BYTES)
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
-
-
-def _declared_added_tokens(path: Path) -> list[Any] | None:
-    """``added_tokens`` exactly as ``tokenizer.json`` declares them, or None if it has none.
-
-    Needed because tokenizers renumbers silently: it numbers added tokens in file order after the
-    base vocabulary whatever IDs the file declares (only a Rust log warning says so), so one
-    removed or repeated entry shifts every later ID. The file is mapped, not read, and only the
-    ``added_tokens`` value is parsed: in the order tokenizers writes keys it comes before
-    ``model``, and the scan stops a few hundred bytes in; in any other order ``model`` is
-    stepped over (about 0.6 s for the 11 MB Qwen 3.8 file, no memory beyond the mapping).
-    Called after tokenizers loaded the file, so it is one JSON object.
-    """
-    with path.open("rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return None
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _top_level_added_tokens(data)
-
-
-def _top_level_added_tokens(data: bytes | mmap.mmap) -> list[Any] | None:
-    """The value of the top-level key "added_tokens" of the JSON object in ``data`` (a list), or
-    None when there is no such key or the text is not a well-formed object."""
-    i = _BLANKS.match(data, 0).end()
-    if data[i : i + 1] != b"{":
-        return None
-    i += 1
-    while True:
-        key = _STRING.match(data, _BLANKS.match(data, i).end())
-        if key is None:
-            return None  # the closing }, or not JSON
-        i = _BLANKS.match(data, key.end()).end()
-        if data[i : i + 1] != b":":
-            return None
-        start = _BLANKS.match(data, i + 1).end()
-        end = _skip_value(data, start)
-        if end is None:
-            return None
-        # Decoded as JSON, as serde matches keys: "added\u005ftokens" is the same key.
-        if json.loads(key.group()) == "added_tokens":
-            try:
-                value = json.loads(data[start:end])
-            except (ValueError, RecursionError):
-                return None
-            return value if isinstance(value, list) else None
-        i = _BLANKS.match(data, end).end()
-        if data[i : i + 1] != b",":
-            return None
-        i += 1
-
-
-def _skip_value(data: bytes | mmap.mmap, i: int) -> int | None:
-    """Where the JSON value starting at ``i`` ends, found without building it; None if it does
-    not end (truncated or malformed text)."""
-    first = data[i : i + 1]
-    if first not in (b"[", b"{"):
-        scalar = (_STRING if first == b'"' else _SCALAR).match(data, i)
-        return None if scalar is None else scalar.end()
-    depth = 0
-    while True:
-        bracket = data[i : i + 1]
-        if bracket in (b"[", b"{"):
-            depth += 1
-        elif bracket in (b"]", b"}"):
-            depth -= 1
-        else:
-            return None  # the end of the data, or a quote that opens no complete string
-        i += 1
-        if depth == 0:
-            return i
-        i = _FLAT.match(data, i).end()
-
-
 # --- checks -------------------------------------------------------------------------------------
 
 
@@ -480,8 +311,8 @@ def _flag(value: object) -> str:
 def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationReport]:
     path = files.tokenizer_json
     tokenizer = _load_tokenizer(path)
-    declared = _declared_added_tokens(path)
-    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
+    declared = declared_added_tokens(path)
+    config = read_json(files.tokenizer_config) if files.tokenizer_config else None
     loaded = tokenizer.get_added_tokens_decoder()
 
     markers, vocabulary_problems = _check_markers(tokenizer, declared, loaded)
@@ -491,41 +322,41 @@ def _inspect(files: CheckpointFiles) -> tuple[tokenizers.Tokenizer, ValidationRe
 
     max_id = _max_token_id(tokenizer, loaded)
     im_end = tokenizer.token_to_id(TURN_CLOSE)
-    template, sha, template_problems = _check_template(files, config)
-    stop, stop_problems = _check_stop_tokens(files, im_end, tokenizer)
-    embedding, embedding_problems = _check_embedding(files, max_id)
-    special, special_problems, warnings, tied = _check_special_tokens(
+    template, sha, template_problems = check_template(files, config)
+    stop, stop_problems = check_stop_tokens(files, im_end, tokenizer)
+    embedding, embedding_problems = check_embedding(files, max_id)
+    special, special_problems, warnings, tied = check_special_tokens(
         files, config, tokenizer, stop, stop_problems
     )
 
+    problems = (
+        *vocabulary_problems,
+        *template_problems,
+        *stop_problems,
+        *embedding_problems,
+        *special_problems,
+    )
+    by_code = {problem.code: str(problem) for problem in template_problems}
     report = ValidationReport(
         source=files.source,
-        problems=(
-            *vocabulary_problems,
-            *template_problems,
-            *stop_problems,
-            *embedding_problems,
-            *special_problems,
-        ),
-        vocabulary_problems=tuple(vocabulary_problems),
+        problems=tuple(map(str, problems)),
+        vocabulary_problems=tuple(map(str, vocabulary_problems)),
         markers=tuple(markers),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
         max_token_id=max_id,
-        normalizer=_summary(tokenizer.normalizer),
-        pre_tokenizer=_summary(tokenizer.pre_tokenizer),
+        normalizer=summary(tokenizer.normalizer),
+        pre_tokenizer=summary(tokenizer.pre_tokenizer),
         stop_token_ids=stop,
-        bos=_bos_policy(tokenizer, config),
+        bos=bos_policy(tokenizer, config),
         embedding_size=embedding,
         template=template,
         template_sha256=sha,
         special_tokens=tuple(special),
-        warnings=tuple(warnings),
+        warnings=tuple(map(str, warnings)),
         tie_word_embeddings=tied,
-        # _check_template lists the not-the-official-template problem first.
-        template_problem=template_problems[0] if template == "other" else None,
-        config_template_problem=next(
-            (p for p in template_problems if p.startswith(_CONFIG_TEMPLATE)), None
-        ),
+        template_problem=by_code.get(TEMPLATE_NOT_OFFICIAL),
+        config_template_problem=by_code.get(TEMPLATE_CONFIG_DIFFERS),
+        findings=(*problems, *warnings),
     )
     return tokenizer, report
 
@@ -543,18 +374,18 @@ def chat_template_text(files: CheckpointFiles) -> str | None:
     cannot be read or is not UTF-8."""
     if files.chat_template is not None:
         try:
-            return _read_bytes(files.chat_template).decode("utf-8")
+            return read_bytes(files.chat_template).decode("utf-8")
         except UnicodeDecodeError as error:
             raise CheckpointError(f"{files.chat_template}: not UTF-8 text ({error})") from error
-    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
-    return _template_text(config)
+    config = read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return template_text(config)
 
 
 def tokenizer_config_template(files: CheckpointFiles) -> str | None:
     """The ``chat_template`` of tokenizer_config.json (its "default" entry in the list form), or
     None; what tools that ignore chat_template.jinja render with."""
-    config = _read_json(files.tokenizer_config) if files.tokenizer_config else None
-    return _template_text(config)
+    config = read_json(files.tokenizer_config) if files.tokenizer_config else None
+    return template_text(config)
 
 
 def _declared_entries(declared: list[Any] | None) -> dict[str, list[dict[str, Any]]]:
@@ -565,7 +396,9 @@ def _declared_entries(declared: list[Any] | None) -> dict[str, list[dict[str, An
     return by_content
 
 
-def _check_declared_ids(declared: list[Any] | None, tokenizer: tokenizers.Tokenizer) -> list[str]:
+def _check_declared_ids(
+    declared: list[Any] | None, tokenizer: tokenizers.Tokenizer
+) -> list[Problem]:
     """Every added token (marker or not) must load at the one ID tokenizer.json declares: the
     model's embedding rows follow the declared IDs, tokenizers' renumbering would not."""
     problems = []
@@ -573,16 +406,23 @@ def _check_declared_ids(declared: list[Any] | None, tokenizer: tokenizers.Tokeni
         ids = [entry.get("id") for entry in entries]
         if len(entries) > 1:
             problems.append(
-                f"{content!r}: expected exactly one ID in tokenizer.json added_tokens, "
-                f"found IDs {ids}"
+                Problem(
+                    "added_token.ids",
+                    repr(content),
+                    f"expected exactly one ID in tokenizer.json added_tokens, found IDs {ids}",
+                )
             )
             continue
         loaded_id = tokenizer.token_to_id(content)
         if loaded_id != ids[0]:
             problems.append(
-                f"{content!r}: expected ID {ids[0]} as declared in tokenizer.json, found ID "
-                f"{loaded_id} once loaded (tokenizers ignores declared IDs: it numbers added "
-                "tokens in file order after the base vocabulary)"
+                Problem(
+                    "added_token.renumbered",
+                    repr(content),
+                    f"expected ID {ids[0]} as declared in tokenizer.json, found ID "
+                    f"{loaded_id} once loaded (tokenizers ignores declared IDs: it numbers added "
+                    "tokens in file order after the base vocabulary)",
+                )
             )
     return problems
 
@@ -591,13 +431,13 @@ def _check_markers(
     tokenizer: tokenizers.Tokenizer,
     declared: list[Any] | None,
     loaded: Mapping[int, tokenizers.AddedToken],
-) -> tuple[list[MarkerEntry], list[str]]:
+) -> tuple[list[MarkerEntry], list[Problem]]:
     declared_by_content = _declared_entries(declared)
     loaded_by_content: dict[str, tuple[int, tokenizers.AddedToken]] = {
         token.content: (token_id, token) for token_id, token in loaded.items()
     }
     entries: list[MarkerEntry] = []
-    problems: list[str] = []
+    problems: list[Problem] = []
     for marker in PROTOCOL_MARKERS:
         ids = tokenizer.encode(marker, add_special_tokens=False).ids
         token_id = tokenizer.token_to_id(marker)
@@ -607,8 +447,12 @@ def _check_markers(
             base = tokenizer.model.token_to_id(marker)
             found = "none" if base is None else f"only a base-vocabulary entry, ID {base}"
             problems.append(
-                f"{marker!r}: expected an added token in tokenizer.json, found {found} "
-                f"(the text encodes as {len(ids)} tokens {ids})"
+                Problem(
+                    "marker.not_added",
+                    repr(marker),
+                    f"expected an added token in tokenizer.json, found {found} "
+                    f"(the text encodes as {len(ids)} tokens {ids})",
+                )
             )
             entries.append(MarkerEntry(marker, token_id, None, atomic=ids == [token_id]))
             continue
@@ -616,8 +460,12 @@ def _check_markers(
         base = tokenizer.model.token_to_id(marker)
         if base is not None and base != loaded_id:
             problems.append(
-                f"{marker!r}: expected exactly one ID, found added-token ID {loaded_id} and "
-                f"base-vocabulary ID {base}"
+                Problem(
+                    "marker.two_ids",
+                    repr(marker),
+                    f"expected exactly one ID, found added-token ID {loaded_id} and "
+                    f"base-vocabulary ID {base}",
+                )
             )
         # Flags as written in the file when it could be read (tokenizers keeps them as given).
         flags = declared_by_content.get(marker, [{}])[0]
@@ -625,13 +473,20 @@ def _check_markers(
             value = flags.get(flag, getattr(token, flag))
             if value is not False:
                 problems.append(
-                    f"{marker!r}: expected {flag}=false in tokenizer.json, found "
-                    f"{flag}={_flag(value)}"
+                    Problem(
+                        "marker.flag",
+                        repr(marker),
+                        f"expected {flag}=false in tokenizer.json, found {flag}={_flag(value)}",
+                    )
                 )
         atomic = ids == [loaded_id]
         if not atomic:
             problems.append(
-                f"{marker!r}: expected to encode as the single token [{loaded_id}], found {ids}"
+                Problem(
+                    "marker.not_atomic",
+                    repr(marker),
+                    f"expected to encode as the single token [{loaded_id}], found {ids}",
+                )
             )
         entries.append(MarkerEntry(marker, loaded_id, token.special, atomic))
     return entries, problems
@@ -641,7 +496,7 @@ def _check_config_agrees(
     config: Mapping[str, Any],
     declared: list[Any] | None,
     loaded: Mapping[int, tokenizers.AddedToken],
-) -> list[str]:
+) -> list[Problem]:
     """tokenizer_config.json's added_tokens_decoder must describe each marker as tokenizer.json
     does: transformers builds its special-token handling from it, so a disagreement splits the
     truth."""
@@ -650,7 +505,10 @@ def _check_config_agrees(
         return []  # older configs carry no decoder: nothing to disagree with
     where = "tokenizer_config.json added_tokens_decoder"
     if not isinstance(decoder, dict):
-        return [f"{where}: expected an object of ID -> token, found {type(decoder).__name__}"]
+        found = type(decoder).__name__
+        return [
+            Problem("config.decoder", where, f"expected an object of ID -> token, found {found}")
+        ]
     config_by_content: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for key, entry in decoder.items():
         if isinstance(entry, dict) and isinstance(entry.get("content"), str):
@@ -664,14 +522,18 @@ def _check_config_agrees(
         if len(entries) == 1 and isinstance(entries[0].get("id"), int):
             reference[content] = (entries[0]["id"], entries[0])
 
-    problems = []
+    problems: list[Problem] = []
     for marker in PROTOCOL_MARKERS:
         listed = config_by_content.get(marker, [])
         if marker not in reference:
             if listed:
                 problems.append(
-                    f"{marker!r}: expected {where} to agree with tokenizer.json (no such added "
-                    f"token), found it at ID {', '.join(key for key, _ in listed)}"
+                    Problem(
+                        "config.marker_extra",
+                        repr(marker),
+                        f"expected {where} to agree with tokenizer.json (no such added "
+                        f"token), found it at ID {', '.join(key for key, _ in listed)}",
+                    )
                 )
             continue
         ref_id, ref_flags = reference[marker]
@@ -679,26 +541,42 @@ def _check_config_agrees(
             there = decoder.get(str(ref_id))
             other = f" (ID {ref_id} there is {there.get('content')!r})" if there else ""
             problems.append(
-                f"{marker!r}: expected {where} to list it at ID {ref_id} as tokenizer.json does, "
-                f"found no entry{other}"
+                Problem(
+                    "config.marker_missing",
+                    repr(marker),
+                    f"expected {where} to list it at ID {ref_id} as tokenizer.json does, "
+                    f"found no entry{other}",
+                )
             )
             continue
         if len(listed) > 1:
             problems.append(
-                f"{marker!r}: expected exactly one ID in {where}, found IDs "
-                f"[{', '.join(key for key, _ in listed)}]"
+                Problem(
+                    "config.marker_ids",
+                    repr(marker),
+                    f"expected exactly one ID in {where}, found IDs "
+                    f"[{', '.join(key for key, _ in listed)}]",
+                )
             )
             continue
         key, entry = listed[0]
         if key != str(ref_id):
             problems.append(
-                f"{marker!r}: expected ID {ref_id} in {where} as in tokenizer.json, found ID {key}"
+                Problem(
+                    "config.marker_id",
+                    repr(marker),
+                    f"expected ID {ref_id} in {where} as in tokenizer.json, found ID {key}",
+                )
             )
         for flag in _ALL_FLAGS:
             if flag in entry and flag in ref_flags and entry[flag] != ref_flags[flag]:
                 problems.append(
-                    f"{marker!r}: expected {flag}={_flag(ref_flags[flag])} in {where} as in "
-                    f"tokenizer.json, found {flag}={_flag(entry[flag])}"
+                    Problem(
+                        "config.marker_flag",
+                        repr(marker),
+                        f"expected {flag}={_flag(ref_flags[flag])} in {where} as in "
+                        f"tokenizer.json, found {flag}={_flag(entry[flag])}",
+                    )
                 )
     return problems
 
@@ -717,351 +595,3 @@ def _max_token_id(
         base - 1 if contiguous else max(tokenizer.get_vocab(with_added_tokens=False).values())
     )
     return max([base_max, *loaded])
-
-
-def _template_text(config: Mapping[str, Any] | None) -> str | None:
-    template = (config or {}).get("chat_template")
-    if isinstance(template, list):
-        # The multi-template form [{"name": ..., "template": ...}]: "default" is the protocol.
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    return template if isinstance(template, str) else None
-
-
-def _check_template(
-    files: CheckpointFiles, config: Mapping[str, Any] | None
-) -> tuple[TemplateKind, str | None, list[str]]:
-    in_config = _template_text(config)
-    config_sha = None if in_config is None else _sha256(in_config.encode("utf-8"))
-    if files.chat_template is not None:
-        # transformers prefers chat_template.jinja over tokenizer_config.json's field.
-        sha, where = _sha256(_read_bytes(files.chat_template)), "chat_template.jinja"
-    elif config_sha is not None:
-        sha, where = config_sha, "tokenizer_config.json chat_template"
-    else:
-        problem = (
-            "chat template: expected chat_template.jinja or a chat_template in "
-            "tokenizer_config.json, found neither"
-        )
-        return "absent", None, [problem]
-    kind: TemplateKind = "qwen3.8" if sha == QWEN38_TEMPLATE_SHA256 else "other"
-    problems = []
-    if kind == "other":
-        problems.append(
-            f"{where}: expected the official Qwen 3.8 template (sha256 {QWEN38_TEMPLATE_SHA256}), "
-            f"found sha256 {sha}: another protocol, or a modified template"
-        )
-    if config_sha is not None and config_sha != sha:
-        # Tools that read only tokenizer_config.json (older transformers, converters) would
-        # render another prompt than the one this checkpoint is judged by.
-        problems.append(
-            f"{_CONFIG_TEMPLATE}: expected the template of "
-            f"chat_template.jinja (sha256 {sha}), found another one (sha256 {config_sha})"
-        )
-    return kind, sha, problems
-
-
-_CONFIG_TEMPLATE: Final = "tokenizer_config.json chat_template"
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_token(tokenizer: tokenizers.Tokenizer, token_id: int) -> bool:
-    # tokenizers takes IDs as u32: a negative or larger ID raises OverflowError instead of
-    # answering that it is no token.
-    return 0 <= token_id < 2**32 and tokenizer.id_to_token(token_id) is not None
-
-
-def _shown(value: object, limit: int = 200) -> str:
-    """A JSON value as a problem quotes it: JSON text, cut short (a file may hold anything)."""
-    try:
-        text = json.dumps(value)
-    except (ValueError, RecursionError):  # only from a value json.load built: not expected
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _check_stop_tokens(
-    files: CheckpointFiles, im_end: int | None, tokenizer: tokenizers.Tokenizer
-) -> tuple[tuple[int, ...] | None, list[str]]:
-    expected = f"{im_end} ({TURN_CLOSE!r})" if im_end is not None else f"the ID of {TURN_CLOSE!r}"
-    if files.generation_config is None:
-        return None, [
-            f"generation_config.json: expected stop tokens (eos_token_id) including {expected}, "
-            "found no file"
-        ]
-    raw = _read_json(files.generation_config).get("eos_token_id")
-    values = raw if isinstance(raw, list) else [raw]
-    if not values or not all(_is_id(v) for v in values):
-        return None, [
-            f"generation_config.json eos_token_id: expected a token ID or a list of IDs including "
-            f"{expected}, found {_shown(raw)}"
-        ]
-    stop = tuple(values)
-    problems = []
-    if im_end is None or im_end not in stop:
-        problems.append(
-            "generation_config.json eos_token_id: expected to include "
-            f"{expected}, found {_shown(list(stop))}"
-        )
-    problems.extend(
-        f"generation_config.json eos_token_id: expected IDs of the vocabulary, found "
-        f"{_shown(token_id)}, which is no token"
-        for token_id in stop
-        if not _is_token(tokenizer, token_id)
-    )
-    return stop, problems
-
-
-def _check_embedding(files: CheckpointFiles, max_id: int) -> tuple[int | None, list[str]]:
-    if files.config is None:
-        return None, [
-            f"config.json: expected vocab_size (the embedding size) of at least {max_id + 1}, "
-            "found no file"
-        ]
-    config = _read_json(files.config)
-    text_config = config.get("text_config")
-    # Multimodal configs (Qwen 3.5+) hold the language model's size under text_config.
-    candidates = {
-        "text_config.vocab_size": text_config.get("vocab_size")
-        if isinstance(text_config, dict)
-        else None,
-        "vocab_size": config.get("vocab_size"),
-    }
-    present = {where: value for where, value in candidates.items() if value is not None}
-    if not present:
-        return None, [
-            f"config.json: expected vocab_size (top level or under text_config) of at least "
-            f"{max_id + 1}, found neither"
-        ]
-    problems = []
-    for where, size in present.items():
-        if not _is_id(size):
-            problems.append(
-                f"config.json {where}: expected an integer of at least {max_id + 1}, found "
-                f"{_shown(size)}"
-            )
-        elif size <= max_id:
-            # A vocabulary larger than the embedding fails at inference time (index error, or
-            # silently reading another row), so every ID up to the largest must have a row.
-            rows = f": token IDs {size}..{max_id} have no embedding row" if size >= 0 else ""
-            problems.append(
-                f"config.json {where}: expected at least {max_id + 1} (the largest token ID is "
-                f"{max_id}), found {size}{rows}"
-            )
-    sizes = [size for size in present.values() if _is_id(size)]
-    return (sizes[0] if sizes else None), problems
-
-
-def _bos_policy(tokenizer: tokenizers.Tokenizer, config: Mapping[str, Any] | None) -> str:
-    """What is prepended to an encoding. Observed, not guessed from flags: the post-processor is
-    what adds tokens (transformers ignores add_bos_token when tokenizer.json exists)."""
-    with_special = tokenizer.encode("a").ids
-    without = tokenizer.encode("a", add_special_tokens=False).ids
-    if with_special != without:
-        return (
-            f"post-processor adds tokens with add_special_tokens=True ({with_special} for 'a' "
-            f"instead of {without}); chat prompts must be encoded without them"
-        )
-    bos = (config or {}).get("bos_token")
-    if isinstance(bos, dict):
-        bos = bos.get("content")
-    if (config or {}).get("add_bos_token") is True and bos:
-        return (
-            f"none added by tokenizer.json (tokenizer_config.json asks for {bos!r} with "
-            f"add_bos_token, which transformers ignores); chat prompts start with {TURN_OPEN}"
-        )
-    return f"none: chat prompts start with {TURN_OPEN}"
-
-
-def _summary(component: object) -> str:
-    """A short description such as "NFC" or "Split(regex) + ByteLevel", from the component's own
-    small JSON state (the normalizer/pre-tokenizer only, never the model)."""
-    if component is None:
-        return "none"
-    try:
-        state = json.loads(component.__getstate__())  # type: ignore[attr-defined]
-    except Exception:
-        return type(component).__name__
-    return _describe(state)
-
-
-def _describe(node: Any) -> str:
-    if not isinstance(node, dict):
-        return "none"
-    kind = str(node.get("type"))
-    if kind == "Sequence":
-        parts = node.get("normalizers") or node.get("pretokenizers") or []
-        return " + ".join(_describe(part) for part in parts) or "none"
-    if kind == "Split":
-        pattern = node.get("pattern") or {}
-        return "Split(regex)" if "Regex" in pattern else f"Split({pattern.get('String')!r})"
-    return kind
-
-
-# --- stop and special tokens (issue 14) ---------------------------------------------------------
-
-_GENERATION_EOS_RULE: Final = (
-    f"must include {TURN_CLOSE}: every assistant turn ends with it, and generate() and servers "
-    f"stop only on these IDs (generation never ends otherwise); officially {END_OF_TEXT} too, "
-    "which ends a document written outside the chat format (raw-text completions)"
-)
-_EOS_TOKEN_RULE: Final = (
-    f"must be {TURN_CLOSE}: tokenizer.eos_token is what trainers append to each example (TRL) and "
-    "what servers stop on when generation_config.json names no eos_token_id"
-)
-_PAD_TOKEN_RULE: Final = (
-    f"must be a token other than {TURN_CLOSE} (officially {END_OF_TEXT}): collators mask pad "
-    f"positions out of the loss, so a pad equal to {TURN_CLOSE} masks every turn's real end too "
-    "and the model never learns to stop"
-)
-_CONFIG_EOS_RULE: Final = (
-    f"token ID(s) of the vocabulary (officially {END_OF_TEXT}, the pre-training end of document): "
-    "generate() falls back to it only when generation_config.json has no eos_token_id"
-)
-_CONFIG_BOS_RULE: Final = (
-    f"a token ID of the vocabulary, or null: never prepended (the tokenizer adds no BOS; chat "
-    f"prompts start with {TURN_OPEN})"
-)
-
-
-def _tokens_shown(tokenizer: tokenizers.Tokenizer, ids: list[Any]) -> str:
-    shown_ids = []
-    for token_id in ids:
-        if _is_id(token_id) and _is_token(tokenizer, token_id):
-            shown_ids.append(f"{token_id} {tokenizer.id_to_token(token_id)}")
-        else:
-            shown_ids.append(f"{_shown(token_id)} (no token)")
-    return ", ".join(shown_ids) or "none"
-
-
-def _check_special_tokens(
-    files: CheckpointFiles,
-    config: Mapping[str, Any] | None,
-    tokenizer: tokenizers.Tokenizer,
-    stop: tuple[int, ...] | None,
-    stop_problems: list[str],
-) -> tuple[list[SpecialTokenEntry], list[str], list[str], bool | None]:
-    """Each stop/special-token field against the rule in the constants above. The
-    generation_config.json stop list is judged by ``_check_stop_tokens`` (its problems are
-    already listed); it is only shown here, with the rule."""
-    entries: list[SpecialTokenEntry] = []
-    problems: list[str] = []
-    warnings: list[str] = []
-    if files.generation_config is None or stop is None:
-        entries.append(
-            SpecialTokenEntry(
-                "generation_config.json eos_token_id",
-                None,
-                "none",
-                _GENERATION_EOS_RULE,
-                "problem",
-            )
-        )
-    else:
-        stop_verdict: Literal["ok", "problem", "warning", "absent"] = (
-            "problem" if stop_problems else "ok"
-        )
-        end_of_text = tokenizer.token_to_id(END_OF_TEXT)
-        if stop_verdict == "ok" and end_of_text is not None and end_of_text not in stop:
-            # The chat protocol only needs <|im_end|>, so this is no problem; but the official
-            # list has both, and without it output that ends a document does not stop there.
-            warnings.append(
-                f"generation_config.json eos_token_id: no {END_OF_TEXT!r} ({end_of_text}), which "
-                f"the official list [{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a "
-                "document with it (raw-text completions, no chat template) does not stop there"
-            )
-            stop_verdict = "warning"
-        entries.append(
-            SpecialTokenEntry(
-                "generation_config.json eos_token_id",
-                list(stop),
-                _tokens_shown(tokenizer, list(stop)),
-                _GENERATION_EOS_RULE,
-                stop_verdict,
-            )
-        )
-
-    if config is not None:
-        for name, rule in (("eos_token", _EOS_TOKEN_RULE), ("pad_token", _PAD_TOKEN_RULE)):
-            where = f"tokenizer_config.json {name}"
-            raw = config.get(name)
-            value = raw.get("content") if isinstance(raw, dict) else raw
-            if value is None:
-                if name == "pad_token":
-                    warnings.append(
-                        f"{where}: no pad token; trainers commonly fall back to eos_token "
-                        f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}"
-                    )
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "warning"))
-                else:
-                    problems.append(f"{where}: expected {TURN_CLOSE!r}, found none")
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "problem"))
-                continue
-            if not isinstance(value, str):
-                problems.append(f"{where}: expected a token string, found {_shown(raw)}")
-                entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
-                continue
-            token_id = tokenizer.token_to_id(value)
-            tokens = "no token" if token_id is None else f"{token_id} {value}"
-            verdict: Literal["ok", "problem", "warning", "absent"] = "ok"
-            if token_id is None:
-                problems.append(
-                    f"{where}: expected a token of the vocabulary, found {value!r}, which is none"
-                )
-                verdict = "problem"
-            elif name == "eos_token" and value != TURN_CLOSE:
-                problems.append(f"{where}: expected {TURN_CLOSE!r}, found {value!r}")
-                verdict = "problem"
-            elif name == "pad_token" and value == TURN_CLOSE:
-                warnings.append(
-                    f"{where}: {TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use "
-                    f"{END_OF_TEXT!r})"
-                )
-                verdict = "warning"
-            entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
-
-    tied: bool | None = None
-    if files.config is not None:
-        model_config = _read_json(files.config)
-        text_config = model_config.get("text_config")
-        scopes = [("", model_config)]
-        if isinstance(text_config, dict):
-            scopes.insert(0, ("text_config.", text_config))
-        for prefix, scope in scopes:
-            if tied is None and isinstance(scope.get("tie_word_embeddings"), bool):
-                tied = scope["tie_word_embeddings"]
-            for name, rule, listable in (
-                ("eos_token_id", _CONFIG_EOS_RULE, True),
-                ("bos_token_id", _CONFIG_BOS_RULE, False),
-            ):
-                if name not in scope:
-                    continue
-                where = f"config.json {prefix}{name}"
-                raw = scope[name]
-                if raw is None and not listable:
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "ok"))
-                    continue
-                ids = raw if isinstance(raw, list) and listable else [raw]
-                bad = [v for v in ids if not (_is_id(v) and _is_token(tokenizer, v))]
-                if bad or not ids:
-                    problems.append(
-                        f"{where}: expected {'token IDs' if listable else 'a token ID or null'} "
-                        f"of the vocabulary, found {_shown(raw)}"
-                    )
-                entries.append(
-                    SpecialTokenEntry(
-                        where,
-                        raw,
-                        _tokens_shown(tokenizer, ids),
-                        rule,
-                        "problem" if bad or not ids else "ok",
-                    )
-                )
-    return entries, problems, warnings, tied

@@ -3,7 +3,7 @@
 # Ray) get their own virtual environments here, and each runs exactly the tests that need it.
 # Elsewhere those tests skip, saying which engine is missing.
 #
-# usage: scripts/integration_env.sh [vllm|sglang|train|all]...   (default: all)
+# usage: scripts/integration_env.sh [vllm|sglang|train|llama|all]...   (default: all but llama)
 # The venvs live under $INTEGRATION_VENVS (default .integration-venvs/) and are reused when they
 # exist; delete a folder to rebuild it.
 set -euo pipefail
@@ -59,15 +59,25 @@ group_train() {
     run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py -q
 }
 
+# llama-cpp-python compiles llama.cpp from its sdist (no Linux wheels on PyPI): minutes of C++ on
+# a small machine, so it is optional and not part of "all". The tests check qwen-encode's
+# "as llama.cpp will" IDs, end-of-generation set and load behaviour against the real library,
+# on GGUFs written by scripts/make_gguf.py (vocab_only: no weights needed).
+group_llama() {
+    make_venv llama "llama-cpp-python==0.3.36" "gguf>=0.17" -e ".[test]"
+    refresh llama
+    run_tests llama tests/integrations/test_llama_cpp.py -q
+}
+
 groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=(vllm sglang train)
 [ "${groups[0]}" = all ] && groups=(vllm sglang train)
 status=0
 for g in "${groups[@]}"; do
     case $g in
-        vllm | sglang | train) "group_$g" || status=1 ;;
+        vllm | sglang | train | llama) "group_$g" || status=1 ;;
         *)
-            echo "unknown group: $g (vllm, sglang, train, all)" >&2
+            echo "unknown group: $g (vllm, sglang, train, llama, all)" >&2
             exit 2
             ;;
     esac

@@ -5,6 +5,7 @@ on checkpoints derived in tmp dirs from the shared ones and the committed tiny f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -19,6 +20,8 @@ import qwen_encode as qe
 from qwen_encode import report
 from qwen_encode.markers import TURN_CLOSE, TURN_OPEN
 from qwen_encode.report import FEATURES, PROBES, render_template, template_behaviour
+from qwen_encode.validation import dead as dead_module
+from qwen_encode.validation import templates as templates_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "fixtures" / "qwen3.8-tiny"
@@ -283,7 +286,7 @@ def expected_breaks(preserve: bool) -> list[int]:
     prefix breaks at each user message that follows an assistant turn with reasoning."""
     if preserve:
         return []
-    roles = [role for role, _ in report._GROWING]
+    roles = [role for role, _ in templates_module._GROWING]
     return [i for i, role in enumerate(roles) if role == "user" and "assistant" in roles[:i]]
 
 
@@ -339,7 +342,7 @@ def test_dead_tokens_of_the_real_vocabulary(qwen38_dir: Path) -> None:
     path = qwen38_dir / "tokenizer.json"
     tokenizer = Tokenizer.from_file(str(path))
     dead = report.dead_tokens(tokenizer)
-    found = {kind: {t.id for t in dead.of(kind)} for kind in report.DEAD_KINDS}
+    found = {kind: {t.id for t in dead.of(kind)} for kind in dead_module.DEAD_KINDS}
 
     # Oracle 1: every entry checked with tokenizers directly, one encode per token.
     size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -409,9 +412,8 @@ def test_a_removed_merge_makes_its_token_unreachable(tmp_path: Path) -> None:
 def replace_entry(d: dict[str, Any], text: str) -> int:
     """Put a base entry spelling ``text`` (in byte-level characters) in place of one that is no
     part of any merge (dropped with the merge that builds it); its ID."""
-    table = {
-        byte: chr(char) for char, byte in report._BYTE_TABLE.items() if byte != report._NOT_A_BYTE
-    }
+    bytes_of, unused = dead_module._BYTE_TABLE, dead_module._NOT_A_BYTE
+    table = {byte: chr(char) for char, byte in bytes_of.items() if byte != unused}
     token = "".join(table[b] for b in text.encode("utf-8"))
     vocab, merges = d["model"]["vocab"], d["model"]["merges"]
     pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
@@ -447,7 +449,7 @@ def one_by_one(tokenizer: Tokenizer) -> set[int]:
 
 
 def all_dead(dead: report.DeadTokens) -> set[int]:
-    return {t.id for kind in report.DEAD_KINDS for t in dead.of(kind)}
+    return {t.id for kind in dead_module.DEAD_KINDS for t in dead.of(kind)}
 
 
 def tiny_with(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Tokenizer:
@@ -463,7 +465,7 @@ def test_dead_tokens_without_a_usable_separator(tmp_path: Path) -> None:
             token["rstrip"] = True
 
     tokenizer = tiny_with(tmp_path, strip)
-    assert report._separator(tokenizer) is None
+    assert dead_module._separator(tokenizer) is None
     assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
 
 
@@ -484,7 +486,7 @@ def test_dead_tokens_when_an_added_token_could_span_the_separator(tmp_path: Path
         )
 
     tokenizer = tiny_with(tmp_path, add)
-    chosen = report._separator(tokenizer)
+    chosen = dead_module._separator(tokenizer)
     assert chosen is not None and chosen[0] != "<|endoftext|>"
     assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
 
@@ -494,7 +496,7 @@ def test_a_token_holding_the_separator(tmp_path: Path) -> None:
     # separator: its chunk has one cut too many and is encoded text by text.
     replaced: list[int] = []
     tokenizer = tiny_with(tmp_path, lambda d: replaced.append(replace_entry(d, "x<|endoftext|>")))
-    assert report._separator(tokenizer) == ("<|endoftext|>", 2048)
+    assert dead_module._separator(tokenizer) == ("<|endoftext|>", 2048)
     dead = report.dead_tokens(tokenizer)
     assert all_dead(dead) == one_by_one(tokenizer)
     assert [t.encodes_as for t in dead.pre_tokenizer if t.id == replaced[0]] == [(87, 2048)]
@@ -508,7 +510,7 @@ def test_base_ids_with_a_gap(tmp_path: Path) -> None:
 
     tokenizer = tiny_with(tmp_path, gap)
     assert tokenizer.id_to_token(2047) is None and tokenizer.id_to_token(3000) is not None
-    assert sorted(report._base_vocabulary(tokenizer)) == sorted(
+    assert sorted(dead_module._base_vocabulary(tokenizer)) == sorted(
         (i, t) for t, i in tokenizer.get_vocab(with_added_tokens=False).items()
     )
     assert all_dead(report.dead_tokens(tokenizer)) == one_by_one(tokenizer)
@@ -534,7 +536,7 @@ def test_a_tokenizer_set_to_pad_or_truncate(tmp_path: Path) -> None:
 def test_dead_tokens_in_json_list_them_all(tmp_path: Path) -> None:
     dead = report.dead_tokens(Tokenizer.from_file(str(TINY / "tokenizer.json")))
     data = json.loads(json.dumps(dead.to_dict()))
-    for kind in report.DEAD_KINDS:
+    for kind in dead_module.DEAD_KINDS:
         assert data[kind]["count"] == len(data[kind]["tokens"]) == len(dead.of(kind))
 
 
@@ -730,7 +732,7 @@ def test_checkpoint_report_json_carries_everything(tmp_path: Path) -> None:
     assert data["template_behaviour"] is None  # byte-identical: nothing to render
     assert len(data["prefix_stability"]) == 4
     assert data["comparison"]["compatible"] is True
-    assert set(data["dead_tokens"]) == {"checked", "note", *report.DEAD_KINDS}
+    assert set(data["dead_tokens"]) == {"checked", "note", *dead_module.DEAD_KINDS}
     assert {e["field"] for e in data["special_tokens"]} >= {
         "generation_config.json eos_token_id",
         "tokenizer_config.json eos_token",
@@ -764,7 +766,7 @@ def test_a_template_identical_in_behaviour_passes_with_a_warning(
 ) -> None:
     pytest.importorskip("jinja2")
     full = report.checkpoint_report(template_copy(tmp_path, edit))
-    assert full.validation.template_sha256 != report.QWEN38_TEMPLATE_SHA256
+    assert full.validation.template_sha256 != qe.vocabulary.QWEN38_TEMPLATE_SHA256
     assert full.behaviour is not None and full.behaviour.identical
     assert full.template_equivalent and full.ok and not full.problems
     assert not full.validation.ok  # validate_checkpoint alone still goes by the hash
@@ -837,14 +839,12 @@ def test_dead_tokens_are_kept_by_the_vocabulary_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, kept = kept_once(tmp_path, monkeypatch)
-    assert kept.name.startswith(
-        report.hashlib.sha256((TINY / "tokenizer.json").read_bytes()).hexdigest()
-    )
+    assert kept.name.startswith(hashlib.sha256((TINY / "tokenizer.json").read_bytes()).hexdigest())
 
     def never(tokenizer: Tokenizer) -> report.DeadTokens:
         raise AssertionError("the kept result was not used")
 
-    monkeypatch.setattr(report, "dead_tokens", never)
+    monkeypatch.setattr(dead_module, "dead_tokens", never)
     assert report.checkpoint_report(TINY).dead == first
     # Another vocabulary (one merge removed) has another hash: checked, not read from the cache.
     monkeypatch.undo()

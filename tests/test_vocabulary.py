@@ -16,6 +16,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers.processors import TemplateProcessing
 
+import qwen_encode.checkpoint_json as checkpoint_json
 import qwen_encode.vocabulary as vocabulary
 from qwen_encode.checkpoint import CheckpointFiles, resolve_checkpoint
 from qwen_encode.errors import CheckpointError, VocabularyError
@@ -107,6 +108,7 @@ def test_qwen38_report_contents(qwen38_dir: Path) -> None:
         "embedding_size",
         "template",
         "template_sha256",
+        "findings",
         "special_tokens",
         "warnings",
         "tie_word_embeddings",
@@ -153,7 +155,7 @@ def test_validate_a_tokenizer_json_path(qwen38_dir: Path) -> None:
 
 def test_declared_added_tokens_read_from_the_head(qwen38_dir: Path, qwen3_dir: Path) -> None:
     for folder in (qwen38_dir, qwen3_dir):
-        declared = vocabulary._declared_added_tokens(folder / "tokenizer.json")
+        declared = checkpoint_json.declared_added_tokens(folder / "tokenizer.json")
         assert declared is not None
         assert {e["content"]: e["id"] for e in declared} == config_ids(folder)
 
@@ -625,7 +627,7 @@ def model_first(data: dict[str, Any]) -> dict[str, Any]:
 
 def test_added_tokens_after_the_model_are_read(tmp_path: Path) -> None:
     path = reordered_tiny(tmp_path, model_first)
-    declared = vocabulary._declared_added_tokens(path)
+    declared = checkpoint_json.declared_added_tokens(path)
     assert declared == json.loads(path.read_text(encoding="utf-8"))["added_tokens"]
     assert load(tmp_path).report.vocabulary_ok
 
@@ -659,7 +661,7 @@ def test_added_tokens_far_into_the_head(tmp_path: Path) -> None:
     at = text.index('"added_tokens"')
     padded = text[:at] + '"x": "é", ' + " " * (1 << 20) + '"y": [[1, {"z": "]"}]], ' + text[at:]
     (tmp_path / "tokenizer.json").write_text(padded, encoding="utf-8")
-    declared = vocabulary._declared_added_tokens(tmp_path / "tokenizer.json")
+    declared = checkpoint_json.declared_added_tokens(tmp_path / "tokenizer.json")
     assert declared is not None
     assert [e["content"] for e in declared] == list(ALL_ADDED_TOKENS)
 
@@ -677,10 +679,10 @@ def test_only_the_top_level_added_tokens_count() -> None:
             "added_tokens": real,
         }
     ).encode()
-    assert vocabulary._top_level_added_tokens(text) == real
+    assert checkpoint_json.top_level_added_tokens(text) == real
     escaped = text.replace(b'"added_tokens": [{"id": 7', b'"added\\u005ftokens": [{"id": 7')
     assert escaped != text
-    assert vocabulary._top_level_added_tokens(escaped) == real
+    assert checkpoint_json.top_level_added_tokens(escaped) == real
 
 
 def test_scan_never_misreads_a_truncated_file() -> None:
@@ -694,10 +696,10 @@ def test_scan_never_misreads_a_truncated_file() -> None:
         },
         ensure_ascii=False,
     ).encode()
-    full = vocabulary._top_level_added_tokens(text)
+    full = checkpoint_json.top_level_added_tokens(text)
     assert full == [{"id": 7, "content": "<é>"}]
     for cut in range(len(text)):
-        assert vocabulary._top_level_added_tokens(text[:cut]) in (None, full), cut
+        assert checkpoint_json.top_level_added_tokens(text[:cut]) in (None, full), cut
 
 
 def test_scan_is_linear_on_hostile_nesting() -> None:
@@ -706,7 +708,7 @@ def test_scan_is_linear_on_hostile_nesting() -> None:
     text = (
         b'{"a": [' + b'{"k": 1, ' * 50_000 + b'"m": [1]' + b"}" * 50_000 + b'], "added_tokens": []}'
     )
-    assert vocabulary._top_level_added_tokens(text) == []
+    assert checkpoint_json.top_level_added_tokens(text) == []
 
 
 def test_chat_template_kind_without_loading_the_vocabulary(qwen38_dir, qwen3_dir, monkeypatch):
@@ -843,7 +845,7 @@ def test_tokenizer_json_with_trailing_nul_bytes_under_the_bound(
 
 
 def test_trailing_blanks_are_still_json(tmp_path: Path) -> None:
-    text = (TINY / "tokenizer.json").read_text("utf-8") + " \n" * (3 * vocabulary._TAIL_READ)
+    text = (TINY / "tokenizer.json").read_text("utf-8") + " \n" * (3 * checkpoint_json._TAIL_READ)
     assert load(tiny_with(tmp_path, "tokenizer.json", text)).report.ok
 
 
@@ -969,3 +971,26 @@ def test_config_bos_null_is_fine(qwen38_dir: Path, tmp_path: Path) -> None:
     folder = mutated_copy(qwen38_dir, tmp_path / "c", files={"config.json": edit})
     report = validate_checkpoint(folder)
     assert report.ok and report.tie_word_embeddings is True
+
+
+def test_problems_are_values_with_codes(tmp_path: Path) -> None:
+    """Every problem string of the report is the rendering of a Problem value whose code and
+    where other code acts on (the report lifts template problems by code, not by prefix)."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(TINY, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = "{{ messages }}"
+    config["pad_token"] = TURN_CLOSE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "generation_config.json").unlink()
+    report = validate_checkpoint(folder)
+    problems = [f for f in report.findings if f.severity == "problem"]
+    assert [str(f) for f in problems] == list(report.problems)
+    assert [str(f) for f in report.findings if f.severity == "warning"] == list(report.warnings)
+    codes = {f.code for f in report.findings}
+    assert {"template.config_differs", "stop.no_file", "special.pad_is_im_end"} <= codes
+    differs = next(f for f in problems if f.code == "template.config_differs")
+    assert differs.where == "tokenizer_config.json chat_template"
+    assert report.config_template_problem == str(differs)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert {"code", "where", "message", "severity", "rule"} == set(data["findings"][0])
