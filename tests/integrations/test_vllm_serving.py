@@ -22,7 +22,8 @@ from qwen_encode import markers as mk
 from qwen_encode.integrations.vllm import register
 
 from .cases import ALL, TOOLS, UNTERMINATED, Case, cuts
-from .vllm_server import Server, make_server, message_reading, sse_chunks, streamed_reading
+from .sse import message_reading, sse_chunks, streamed_reading
+from .vllm_server import Server, make_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
