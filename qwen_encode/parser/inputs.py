@@ -105,8 +105,8 @@ class _TextSplitter(_Splitter):
             partial = buffer[lt:]
             if any(m.startswith(partial) for m in _STRUCTURAL):
                 cut = lt
-        if cut == len(buffer):
-            cut = pos + _stop_suffix(buffer[pos:])
+        # A held partial marker may also be the start of "<|endoftext|>" after "<|im_end|>".
+        cut = min(cut, pos + _stop_suffix(buffer[pos:]))
         if cut > pos:
             self._out(pieces, False, buffer[pos:cut])
         self.tail = buffer[cut:]
