@@ -325,7 +325,7 @@ class TestStop:
 
     def test_the_encoder_from_ids_of_a_whole_turn(self, real_ids: Any) -> None:
         encoder, ids = real_ids
-        tokens = ids("<think>\nhm\n</think>\n\nIt is sunny.") + [encoder.marker_ids[mk.TURN_CLOSE]]
+        tokens = [*ids("<think>\nhm\n</think>\n\nIt is sunny."), encoder.marker_ids[mk.TURN_CLOSE]]
         c = parse_completion(tokens, encoder=encoder, thinking=False)
         assert (c.reasoning, c.content) == ("hm", "It is sunny.")
         assert c.stop == mk.TURN_CLOSE
