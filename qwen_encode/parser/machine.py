@@ -65,7 +65,6 @@ from .quoting import _Quotes
 from .tail import _Calls, _read_tail, _Text, _Unterminated, _unwrapped_names
 from .values import _Schemas
 
-_START, _REASONING, _HOLD, _CONTENT, _TAIL = range(5)
 _FUNCTION_LEN: Final = len(_FUNCTION)
 
 _Item: TypeAlias = tuple[bool, str, int]  # (is_marker, text, offset)
@@ -99,16 +98,70 @@ class _Opening:
         self.ahead = ""
 
 
+# The states. Each owns what it holds back; the machine's own fields are what it has said.
+
+
+class _Start:
+    """Nothing but whitespace yet: a leading ``<think>`` may still open reasoning (the
+    whitespace before it is not part of any span)."""
+
+    __slots__ = ("leading",)
+
+    def __init__(self) -> None:
+        self.leading: list[_Item] = []
+
+
+class _Reasoning:
+    """Inside the reasoning span: text is said as reasoning as it comes."""
+
+    __slots__ = ()
+
+
+class _Hold:
+    """A call inside a reasoning span that has not closed: it is reasoning if a ``</think>``
+    comes later, else the first call. Holds everything from its ``<tool_call>`` on."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[_Item]) -> None:
+        self.items = items
+
+
+class _Content:
+    """After reasoning, before the first call. Holds the start of a possible call without the
+    wrapper (``opening``) and remembers a bare ``<tool_call>`` (``bare``: its offset) that a
+    ``</tool_call>`` would turn into a span holding no call."""
+
+    __slots__ = ("bare", "opening")
+
+    def __init__(self) -> None:
+        self.opening: _Opening | None = None
+        self.bare: int | None = None
+
+
 class _Lookahead:
-    """What follows a ``<tool_call>``: held until it is known whether ``<function=`` comes."""
+    """What follows a ``<tool_call>``: held until it is known whether ``<function=`` comes;
+    then the machine goes back to ``origin`` (a mention) or on to a call."""
 
     __slots__ = ("first", "head", "items", "origin")
 
-    def __init__(self, origin: int, marker: _Item) -> None:
+    def __init__(self, origin: _Reasoning | _Content, marker: _Item) -> None:
         self.origin = origin
         self.items: list[_Item] = [marker]
         self.head = ""  # the first up-to-10 non-whitespace characters
         self.first: int | None = None  # offset of the first non-whitespace character
+
+
+class _Tail:
+    """Everything from the first call on, read once the output ended."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[_Item]) -> None:
+        self.items = items
+
+
+_State: TypeAlias = _Start | _Reasoning | _Hold | _Content | _Lookahead | _Tail
 
 
 class _Machine:
@@ -117,7 +170,7 @@ class _Machine:
     def __init__(self, schemas: _Schemas, thinking: bool) -> None:
         self.schemas = schemas
         self.thinking = thinking
-        self.state = _START
+        self.state: _State = _Start()
         self.offset = 0
         self.events: list[StreamEvent] = []
         self.reasoning: list[str] = []
@@ -127,11 +180,6 @@ class _Machine:
         self.reasoning_spans: list[list[int]] = []
         self.content_spans: list[list[int]] = []
         self.call_spans: list[Span] = []
-        self.leading: list[_Item] = []  # whitespace before a possible leading <think>
-        self.held: list[_Item] = []  # reasoning that may turn out to be a call (see module doc)
-        self.ahead: _Lookahead | None = None
-        self.bare: int | None = None  # a bare <tool_call> that a </tool_call> would make a span
-        self.tail: list[_Item] = []  # everything from the first call on (read at the end)
         self.stop_at_first_call = False
         self.reasoning_quotes = _Quotes(spans=True)
         self.content_quotes = _Quotes(spans=False)
@@ -142,7 +190,6 @@ class _Machine:
         self.openers_tuple = tuple(self.openers)
         self.longest_opener = max(map(len, self.openers), default=0)
         self.line_start = True  # content so far ends a line (or there is none yet)
-        self.opening: _Opening | None = None  # held content that may open an unwrapped call
 
     def push(self, is_marker: bool, text: str) -> None:
         if text:
@@ -170,8 +217,125 @@ class _Machine:
         _extend(self.content_spans, start, start + len(text))
         self.events.append(ContentDelta(text))
 
-    def _content_text(self, text: str, start: int) -> None:
-        """Content text, watched for a call without the wrapper (issue 10): a line-start
+    # ---- the states' handlers
+
+    def _handle(self, is_marker: bool, text: str, start: int) -> None:
+        state = self.state
+        if isinstance(state, _Lookahead):
+            self._look(state, is_marker, text, start)
+        elif isinstance(state, _Tail):
+            state.items.append((is_marker, text, start))
+        elif isinstance(state, _Content):
+            self._in_content(state, is_marker, text, start)
+        elif isinstance(state, _Reasoning):
+            self._in_reasoning(is_marker, text, start)
+        elif isinstance(state, _Hold):
+            self._in_hold(state, is_marker, text, start)
+        else:
+            self._at_start(state, is_marker, text, start)
+
+    def _at_start(self, state: _Start, is_marker: bool, text: str, start: int) -> None:
+        if is_marker and text == mk.THINK_OPEN:
+            # A completion that begins with <think> opens a reasoning span, whatever
+            # `thinking` says (and with thinking=True it is the span already open).
+            self.state = _Reasoning()
+            return
+        if not is_marker and text.isspace():
+            state.leading.append((False, text, start))
+            return
+        self._leave_start(state)
+        self._handle(is_marker, text, start)
+
+    def _leave_start(self, state: _Start) -> None:
+        self.state = _Reasoning() if self.thinking else _Content()
+        for item in state.leading:
+            self._handle(*item)
+
+    def _in_reasoning(self, is_marker: bool, text: str, start: int) -> None:
+        if is_marker:
+            if text == mk.THINK_CLOSE:
+                self.state = _Content()
+                return
+            if text == mk.TOOL_CALL_OPEN and not self.reasoning_quotes.quoted():
+                self.state = _Lookahead(_Reasoning(), (True, text, start))
+                return
+        self._reason(text, start, is_marker)
+
+    def _in_hold(self, state: _Hold, is_marker: bool, text: str, start: int) -> None:
+        if is_marker and text == mk.THINK_CLOSE:
+            # A </think> after all: the held call markup was reasoning, never dispatched.
+            self._reason("".join(t for _, t, _ in state.items), state.items[0][2])
+            self.state = _Content()
+            return
+        state.items.append((is_marker, text, start))
+
+    def _in_content(self, state: _Content, is_marker: bool, text: str, start: int) -> None:
+        if not is_marker:
+            self._content_text(state, text, start)
+            return
+        self._flush_opening(state)
+        if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted():
+            state.bare = None
+            self.state = _Lookahead(state, (True, text, start))
+            return
+        if text == mk.TOOL_CALL_CLOSE and state.bare is not None:
+            raise ParseError("<tool_call> span holds no <function=NAME> block", offset=state.bare)
+        # A </think> after reasoning ended is content: the template renders content verbatim
+        # (it never splits it at </think>), so dropping it would lose the model's words.
+        self._say(text, start, is_marker)
+
+    def _look(self, ahead: _Lookahead, is_marker: bool, text: str, start: int) -> None:
+        ahead.items.append((is_marker, text, start))
+        if is_marker:
+            if (
+                ahead.first is None
+                and text == mk.TOOL_CALL_CLOSE
+                and isinstance(ahead.origin, _Content)
+            ):
+                raise ParseError("empty <tool_call> span: expected <function=NAME>", offset=start)
+            self._decide(ahead, False, start if ahead.first is None else ahead.first)
+            return
+        if ahead.first is None:
+            rest = text.lstrip()
+            if not rest:
+                return
+            ahead.first = start + len(text) - len(rest)
+            head = rest[:_FUNCTION_LEN]
+        else:
+            head = ahead.head + text[: _FUNCTION_LEN - len(ahead.head)]
+        ahead.head = head
+        if len(head) == _FUNCTION_LEN:
+            self._decide(ahead, head == _FUNCTION, ahead.first)
+        elif not _FUNCTION.startswith(head):
+            self._decide(ahead, False, ahead.first)
+
+    def _decide(self, ahead: _Lookahead, is_call: bool, first: int | None) -> None:
+        items = ahead.items
+        origin = ahead.origin
+        if is_call:
+            if isinstance(origin, _Reasoning):
+                # No </think> yet: this call ends reasoning only if none ever comes.
+                self.state = _Hold(items)
+                return
+            # A call: what follows is read at the end, when the whole output confirms where
+            # each value ends (a later </parameter></function></tool_call> may still turn an
+            # earlier one into data).
+            self.state = _Tail(items)
+            return
+        # Not a call: the <tool_call> is text where it stands.
+        self.state = origin
+        if isinstance(origin, _Content):
+            self._say(mk.TOOL_CALL_OPEN, items[0][2], True)
+            origin.bare = first
+        else:
+            self._reason(mk.TOOL_CALL_OPEN, items[0][2], True)
+        for item in items[1:]:
+            self._handle(*item)
+
+    # ---- content that may open a call without the wrapper
+
+    def _content_text(self, state: _Content, text: str, start: int) -> None:
+        """Content text, watched for a call without the wrapper: a line-start
         ``<function=NAME>`` of a declared tool, then whitespace and ``<parameter=`` or
         ``</function>``. Only what may still become that is held (``_Opening``); the rest is
         said at once."""
@@ -179,38 +343,37 @@ class _Machine:
             self._say(text, start)
             return
         while text:
-            if self.opening is None:
-                text, start = self._scan_content(text, start)
+            if state.opening is None:
+                text, start = self._scan_content(state, text, start)
                 continue
-            text, start = self._grow_opening(text, start)
-            if self.opening is not None or self.state != _CONTENT:
+            text, start = self._grow_opening(state, text, start)
+            if state.opening is not None or self.state is not state:
                 return
 
-    def _scan_content(self, text: str, start: int) -> tuple[str, int]:
+    def _scan_content(self, state: _Content, text: str, start: int) -> tuple[str, int]:
         """Say ``text`` up to a line-start ``<`` that may open a call; hold that (as
         ``opening``) and return what follows it, or ("", 0) when all of it is said or held."""
         said = 0
         at = 0 if self.line_start and text.startswith("<") else self._next_line_tag(text, 0)
         while at >= 0:
             if at > said:
-                self._say(
-                    text[said:at], start + said
-                )  # the fence state at `at` needs the text before it
+                # The fence state at `at` needs the text before it.
+                self._say(text[said:at], start + said)
                 said = at
             if not self.content_quotes.quoted():
                 head = text[at : at + self.longest_opener]
                 if head in self.opener_prefixes or head.startswith(self.openers_tuple):
-                    self.opening = _Opening(start + at)
+                    state.opening = _Opening(start + at)
                     return text[at:], start + at
             at = self._next_line_tag(text, at + 1)
         if said < len(text):
             self._say(text[said:], start + said)
         return "", 0
 
-    def _grow_opening(self, text: str, start: int) -> tuple[str, int]:
+    def _grow_opening(self, state: _Content, text: str, start: int) -> tuple[str, int]:
         """Add ``text`` to the held opening: it becomes the tail (a call may have begun), stays
         held, or is said (then the rest of ``text`` is returned to be scanned again)."""
-        opening = self.opening
+        opening = state.opening
         assert opening is not None
         if not opening.tag:
             head = opening.ahead + text[: self.longest_opener]
@@ -226,7 +389,7 @@ class _Machine:
                 opening.ahead = head  # all of text is in head: it is shorter than the tag
                 return "", 0
             else:
-                return self._release_opening(text, start)
+                return self._release_opening(state, text, start)
         if not opening.ahead:
             rest = text.lstrip()
             if len(rest) < len(text):
@@ -239,23 +402,24 @@ class _Machine:
         ahead = opening.ahead + text[:need]
         if ahead.startswith((_PARAMETER, _FUNCTION_END)):
             # A block in the format's shape: from here on it is read with the calls.
-            self.state = _TAIL
-            self.tail = [(False, "".join(opening.pieces) + opening.ahead + text, opening.start)]
-            self.opening = None
+            state.opening = None
+            self.state = _Tail(
+                [(False, "".join(opening.pieces) + opening.ahead + text, opening.start)]
+            )
             return "", 0
         if _PARAMETER.startswith(ahead) or _FUNCTION_END.startswith(ahead):
             opening.ahead = ahead
             return "", 0
-        return self._release_opening(text, start)
+        return self._release_opening(state, text, start)
 
-    def _release_opening(self, text: str = "", start: int = 0) -> tuple[str, int]:
+    def _release_opening(self, state: _Content, text: str, start: int) -> tuple[str, int]:
         """What was held as a possible call without the wrapper is content: the tag and the
         whitespace after it are said; what followed them (``ahead``, then ``text``) is returned
         to be scanned again, since a line-start tag may begin in it."""
-        opening = self.opening
+        opening = state.opening
         if opening is None:
             return text, start
-        self.opening = None
+        state.opening = None
         if opening.pieces:
             self._say("".join(opening.pieces), opening.start)
         if opening.tag:
@@ -266,11 +430,11 @@ class _Machine:
             self._say(opening.ahead, opening.start)
         return text, start
 
-    def _flush_opening(self) -> None:
+    def _flush_opening(self, state: _Content) -> None:
         """A marker or the end of output: what was held cannot open a call any more."""
-        opening = self.opening
+        opening = state.opening
         if opening is not None:
-            self.opening = None
+            state.opening = None
             held = "".join(opening.pieces) + opening.ahead
             if held:
                 self._say(held, opening.start)
@@ -280,119 +444,10 @@ class _Machine:
         at = text.find("\n<", pos - 1 if pos else 0)
         return -1 if at < 0 else at + 1
 
-    def _handle(self, is_marker: bool, text: str, start: int) -> None:
-        if self.ahead is not None:
-            self._look(is_marker, text, start)
-            return
-        state = self.state
-        if state == _TAIL:
-            self.tail.append((is_marker, text, start))
-        elif state == _CONTENT:
-            if not is_marker:
-                self._content_text(text, start)
-                return
-            self._flush_opening()
-            if is_marker:
-                if text == mk.TOOL_CALL_OPEN and not self.content_quotes.quoted():
-                    self.ahead = _Lookahead(_CONTENT, (True, text, start))
-                    self.bare = None
-                    return
-                if text == mk.TOOL_CALL_CLOSE and self.bare is not None:
-                    raise ParseError(
-                        "<tool_call> span holds no <function=NAME> block", offset=self.bare
-                    )
-            # A </think> after reasoning ended is content: the template renders content
-            # verbatim (it never splits it at </think>), so dropping it would lose the words.
-            self._say(text, start, is_marker)
-        elif state == _REASONING:
-            if is_marker:
-                if text == mk.THINK_CLOSE:
-                    self.state = _CONTENT
-                    return
-                if text == mk.TOOL_CALL_OPEN and not self.reasoning_quotes.quoted():
-                    self.ahead = _Lookahead(_REASONING, (True, text, start))
-                    return
-            self._reason(text, start, is_marker)
-        elif state == _HOLD:
-            if is_marker and text == mk.THINK_CLOSE:
-                # A </think> after all: the held call markup was reasoning, never dispatched.
-                held, self.held = self.held, []
-                self._reason("".join(t for _, t, _ in held), held[0][2])
-                self.state = _CONTENT
-                self.reasoning_end = start
-                return
-            self.held.append((is_marker, text, start))
-        else:  # _START
-            if is_marker and text == mk.THINK_OPEN:
-                # A completion that begins with <think> opens a reasoning span, whatever
-                # `thinking` says (and with thinking=True it is the span already open).
-                self.leading = []
-                self.state = _REASONING
-                return
-            if not is_marker and text.isspace():
-                self.leading.append((False, text, start))
-                return
-            self._leave_start()
-            self._handle(is_marker, text, start)
+    # ---- the end
 
-    def _leave_start(self) -> None:
-        self.state = _REASONING if self.thinking else _CONTENT
-        leading, self.leading = self.leading, []
-        for item in leading:
-            self._handle(*item)
-
-    def _look(self, is_marker: bool, text: str, start: int) -> None:
-        ahead = self.ahead
-        assert ahead is not None
-        ahead.items.append((is_marker, text, start))
-        if is_marker:
-            if ahead.first is None and text == mk.TOOL_CALL_CLOSE and ahead.origin == _CONTENT:
-                raise ParseError("empty <tool_call> span: expected <function=NAME>", offset=start)
-            self._decide(False, start if ahead.first is None else ahead.first)
-            return
-        if ahead.first is None:
-            rest = text.lstrip()
-            if not rest:
-                return
-            ahead.first = start + len(text) - len(rest)
-            head = rest[:_FUNCTION_LEN]
-        else:
-            head = ahead.head + text[: _FUNCTION_LEN - len(ahead.head)]
-        ahead.head = head
-        if len(head) == _FUNCTION_LEN:
-            self._decide(head == _FUNCTION, ahead.first)
-        elif not _FUNCTION.startswith(head):
-            self._decide(False, ahead.first)
-
-    def _decide(self, is_call: bool, first: int | None) -> None:
-        ahead = self.ahead
-        assert ahead is not None
-        self.ahead = None
-        items = ahead.items
-        if is_call:
-            if ahead.origin == _REASONING:
-                # No </think> yet: this call ends reasoning only if none ever comes.
-                self.state = _HOLD
-                self.held = items
-                return
-            # A call: what follows is read at the end, when the whole output confirms where
-            # each value ends (a later </parameter></function></tool_call> may still turn an
-            # earlier one into data).
-            self.state = _TAIL
-            self.tail = items
-            return
-        # Not a call: the <tool_call> is text where it stands.
-        if ahead.origin == _CONTENT:
-            self._say(mk.TOOL_CALL_OPEN, items[0][2], True)
-            self.bare = first
-        else:
-            self._reason(mk.TOOL_CALL_OPEN, items[0][2], True)
-        for item in items[1:]:
-            self._handle(*item)
-
-    def _read_tail(self) -> None:
-        tail, self.tail = self.tail, []
-        for part in _read_tail(tail, self.schemas):
+    def _read_tail(self, items: list[_Item]) -> None:
+        for part in _read_tail(items, self.schemas):
             if isinstance(part, _Text):
                 self._say(part.text, part.start)
             elif isinstance(part, _Unterminated):
@@ -420,26 +475,27 @@ class _Machine:
 
     def end(self) -> None:
         """End of input: settle everything held back."""
-        self._flush_opening()  # a tag cut off before its block's shape is known opens no call
         while True:
-            if self.ahead is not None:
+            state = self.state
+            if isinstance(state, _Content):
+                # A tag cut off before its block's shape is known opens no call.
+                self._flush_opening(state)
+            if isinstance(state, _Lookahead):
                 # Only whitespace or a prefix of <function= followed the <tool_call>: the output
                 # was cut while opening a call, which is an (unterminated) call.
-                self._decide(True, self.ahead.first)
-                continue
-            if self.state == _HOLD:
+                self._decide(state, True, state.first)
+            elif isinstance(state, _Hold):
                 # No </think> ever came: reasoning ended at the held <tool_call>.
-                held, self.held = self.held, []
-                self.state = _CONTENT
-                for item in held:
+                self.state = _Content()
+                for item in state.items:
                     self._handle(*item)
-                continue
-            break
-        if self.state == _START:
-            self._leave_start()
-        elif self.state == _TAIL:
-            self.state = _CONTENT
-            self._read_tail()
+            else:
+                break
+        if isinstance(state, _Start):
+            self._leave_start(state)
+        elif isinstance(state, _Tail):
+            self.state = _Content()
+            self._read_tail(state.items)
 
     def completion(self, splitter: _Splitter | None = None) -> Completion:
         stop: tuple[str, ...] = () if splitter is None else splitter.stop
