@@ -150,3 +150,20 @@ def test_content_tokens_on_the_real_vocabulary(real: Any) -> None:
     (stop,) = kinds(c, "stop")
     assert (stop.token_start, stop.token_end) == (len(ids) - 2, len(ids))
     assert (c.stop, c.stop_extra) == (mk.TURN_CLOSE, (mk.END_OF_TEXT,))
+
+
+def test_characters_split_over_several_byte_tokens() -> None:
+    # The byte stand-in gives each UTF-8 byte its own token: a span's tokens are exactly the
+    # bytes of its characters, never half a character.
+    value = "Zürich 🌞 — 東京"
+    text = format_tool_call("run_shell", {"command": f"echo {value}"}) + "\nDone ✅."
+    ids = BYTES.encode(text)
+    c = parse_completion(ids, encoder=BYTES, thinking=False)
+    (argument,) = kinds(c, "argument")
+    assert BYTES.decode(ids[argument.token_start : argument.token_end]) == f"echo {value}"
+    (content,) = kinds(c, "content")
+    assert BYTES.decode(ids[content.token_start : content.token_end]) == "\nDone ✅."
+    streamed = StreamParser(encoder=BYTES, thinking=False)
+    for token in ids:
+        streamed.feed([token])
+    assert streamed.finish().spans == c.spans

@@ -125,16 +125,19 @@ class _TextSplitter(_Splitter):
 
 
 class _Run:
-    """Where one piece handed out stood in the IDs; ``ids`` for a decoded run of ordinary
-    tokens, whose per-token character ends are found only when a span boundary falls inside."""
+    """Where pieces handed out stood in the IDs: one marker, or consecutive decoded runs of
+    ordinary tokens merged (``ids``, ``texts``), whose per-token character ends are found only
+    when a span boundary falls inside."""
 
-    __slots__ = ("char_start", "ends", "ids", "text", "token_start")
+    __slots__ = ("char_start", "chars", "ends", "ids", "starts", "texts", "token_start")
 
     def __init__(self, char_start: int, token_start: int, ids: list[int] | None, text: str):
         self.char_start = char_start
         self.token_start = token_start
         self.ids = ids
-        self.text = text
+        self.texts = [text]
+        self.chars = len(text)
+        self.starts: list[int] | None = None
         self.ends: list[int] | None = None
 
 
@@ -193,8 +196,21 @@ class _IdSplitter(_Splitter):
         return value
 
     def _emit(self, pieces: list[Piece], piece: Piece, token_start: int, ids: list[int] | None):
-        self.runs.append(_Run(self.chars, token_start, ids, piece[1]))
-        self.run_starts.append(self.chars)
+        last = self.runs[-1] if self.runs else None
+        if (
+            ids is not None
+            and last is not None
+            and last.ids is not None
+            and last.token_start + len(last.ids) == token_start
+            and last.char_start + last.chars == self.chars
+        ):
+            # The same run of ordinary tokens, streamed: one record, appended in O(1).
+            last.ids.extend(ids)
+            last.texts.append(piece[1])
+            last.chars += len(piece[1])
+        else:
+            self.runs.append(_Run(self.chars, token_start, ids, piece[1]))
+            self.run_starts.append(self.chars)
         self._out(pieces, *piece)
 
     def feed(self, ids: Iterable[int]) -> list[Piece]:
@@ -299,43 +315,59 @@ class _IdSplitter(_Splitter):
                 return
 
     def token_span(self, start: int, end: int) -> tuple[int | None, int | None]:
-        """The tokens that hold characters ``start:end`` (half-open both)."""
-        first = self._token_at(start)
-        last = first if end <= start else self._token_at(end - 1) + 1
-        return first, last
+        """The tokens that hold characters ``start:end`` (half-open both): from the token
+        holding ``start`` to the last token that begins before ``end``."""
+        first = self._token(start, last=False)
+        return first, first if end <= start else self._token(end, last=True)
 
-    def _token_at(self, char: int) -> int:
-        k = bisect.bisect_right(self.run_starts, char) - 1
+    def _token(self, char: int, last: bool) -> int:
+        """``last=False``: the token holding ``char``; True: how many tokens begin before it."""
+        k = bisect.bisect_right(self.run_starts, char - 1 if last else char) - 1
         if k < 0:
             return 0
         run = self.runs[k]
+        offset = char - run.char_start
         if run.ids is None:
-            return run.token_start
-        if char - run.char_start >= len(run.text):
+            return run.token_start + (1 if last else 0)
+        if offset >= run.chars:
             return run.token_start + len(run.ids)
         if run.ends is None:
-            run.ends = self._char_ends(run)
-        return run.token_start + bisect.bisect_right(run.ends, char - run.char_start)
+            run.starts, run.ends = self._char_bounds(run)
+        if last:
+            return run.token_start + bisect.bisect_left(run.starts, offset)
+        return run.token_start + bisect.bisect_right(run.ends, offset)
 
-    def _char_ends(self, run: _Run) -> list[int]:
-        """Per token of the run, how many characters of its text the tokens up to it decode
-        to. Tokens decoded one by one when that gives the run's text (each ends on a whole
-        character); else the longest prefix that decodes to a prefix of the text."""
+    def _char_bounds(self, run: _Run) -> tuple[list[int], list[int]]:
+        """Per token of the run, the characters of its text it holds: ``starts[k]:ends[k]``.
+        Tokens are decoded in the smallest groups that end on a whole character (the tokens of
+        one character all hold it), which gives the run's text in linear time; else (a decoder
+        that does not decode so) by the longest prefix that decodes to a prefix of the text."""
         assert run.ids is not None
-        pieces = [self.decode([token]) for token in run.ids]
-        if "".join(pieces) == run.text:
-            ends, total = [], 0
-            for piece in pieces:
-                total += len(piece)
-                ends.append(total)
-            return ends
-        ends = []
+        text = "".join(run.texts)
+        starts: list[int] = []
+        ends: list[int] = []
+        total, group, pieces = 0, 0, []
+        for k in range(len(run.ids)):
+            group += 1
+            piece = self.decode(run.ids[k + 1 - group : k + 1])
+            if piece.endswith(_REPLACEMENT) and group < 4 and k + 1 < len(run.ids):
+                continue  # part of a character: it is held by the tokens that complete it
+            pieces.append(piece)
+            starts += [total] * group
+            total += len(piece)
+            ends += [total] * group
+            group = 0
+        if "".join(pieces) == text:
+            return starts, ends
+        starts, ends, previous = [], [], 0
         for k in range(1, len(run.ids) + 1):
             prefix = self.decode(run.ids[:k])
-            while prefix.endswith(_REPLACEMENT) and not run.text.startswith(prefix):
+            while prefix.endswith(_REPLACEMENT) and not text.startswith(prefix):
                 prefix = prefix[:-1]
+            starts.append(previous)
             ends.append(len(prefix))
-        return ends
+            previous = len(prefix)
+        return starts, ends
 
 
 def _id_limit(encoder: Any) -> int | None:
