@@ -617,3 +617,212 @@ def test_every_difference_is_in_the_readme() -> None:
     for case in CASES:
         if case.differs:
             assert case.test in readme, f"README does not list {case.source} {case.test}"
+
+
+OLLAMA_VALUES = "ollama/ollama model/parsers/qwen3coder_test.go TestQwenToolCallValueParsing"
+# (desc, the parameter's types, raw text between the tags, the peer's value, our value where
+# it differs on purpose). Values are compared as JSON text, so 100 and 100.0 differ.
+VALUE_CASES: list[tuple[str, list[str], str, Any, Any]] = [
+    ("default string value (no type specified)", [], "some-string", "some-string", None),
+    ("trim a single leading and trailing newline", [], "\nsome-string\n", "some-string", None),
+    (
+        "trim at most one leading and trailing newline",
+        [],
+        "\n\nsome-string\n\n",
+        "\nsome-string\n",
+        None,
+    ),
+    (
+        "newline really has to be the first character to be trimmed",
+        [],
+        " \nsome-string\n ",
+        " \nsome-string\n ",
+        None,
+    ),
+    ("numeric type", ["number"], "123", 123, None),
+    ("integer type", ["integer"], "42", 42, None),
+    ("negative integer", ["integer"], "-100", -100, None),
+    ("zero integer", ["integer"], "0", 0, None),
+    ("integer with leading zeros", ["integer"], "007", 7, None),
+    ("large integer", ["integer"], "2147483648", 2147483648, None),
+    ("float type", ["number"], "3.14", 3.14, None),
+    ("negative float", ["number"], "-273.15", -273.15, None),
+    ("float without decimal part", ["number"], "100.0", 100, 100.0),
+    ("scientific notation positive", ["number"], "1.23e5", 123000, 123000.0),
+    ("scientific notation negative", ["number"], "1.5e-3", 0.0015, None),
+    ("explicit string type", ["string"], "hello world", "hello world", None),
+    ("string with quotes", ["string"], 'He said "hello" to me', 'He said "hello" to me', None),
+    (
+        "multiline string",
+        ["string"],
+        "line one\nline two\nline three",
+        "line one\nline two\nline three",
+        None,
+    ),
+    ("empty string", ["string"], "", "", None),
+    ("string that looks like a number", ["string"], "12345", "12345", None),
+    ("boolean true", ["boolean"], "true", True, None),
+    ("boolean false", ["boolean"], "false", False, None),
+    ("boolean case insensitive true", ["boolean"], "True", True, None),
+    ("boolean case insensitive false", ["boolean"], "FALSE", False, None),
+    ("null value lowercase", ["string"], "null", None, "null"),
+    ("null value case insensitive", ["integer"], "NULL", None, "NULL"),
+    ("array of strings", ["array"], '["foo", "bar", "baz"]', ["foo", "bar", "baz"], None),
+    (
+        "array of mixed types",
+        ["array"],
+        '["string", 123, true, null]',
+        ["string", 123, True, None],
+        None,
+    ),
+    ("empty array", ["array"], "[]", [], None),
+    (
+        "simple object",
+        ["object"],
+        '{"key": "value", "number": 42}',
+        {"key": "value", "number": 42},
+        None,
+    ),
+    ("empty object", ["object"], "{}", {}, None),
+    ("invalid integer falls back to string", ["integer"], "not-a-number", "not-a-number", None),
+    ("invalid float falls back to string", ["number"], "3.14.159", "3.14.159", None),
+    ("invalid boolean falls back to false", ["boolean"], "yes", False, "yes"),
+    (
+        "invalid JSON array falls back to string",
+        ["array"],
+        "[1, 2, unclosed",
+        "[1, 2, unclosed",
+        None,
+    ),
+    (
+        "string with JSON-like content",
+        ["string"],
+        '{"this": "is", "just": "a string"}',
+        '{"this": "is", "just": "a string"}',
+        None,
+    ),
+    ("whitespace-only string", ["string"], "   ", "   ", None),
+    ("string or number union - valid number", ["string", "number"], "42.5", 42.5, None),
+    ("string or number union - non-numeric string", ["string", "number"], "hello", "hello", None),
+    ("integer or null union - null value", ["integer", "null"], "null", None, None),
+    (
+        "boolean or string union - non-boolean becomes string",
+        ["boolean", "string"],
+        "yes",
+        "yes",
+        None,
+    ),
+    (
+        "string or boolean union - valid boolean (precedence test)",
+        ["string", "boolean"],
+        "false",
+        False,
+        None,
+    ),
+    ("integer or number union - float value", ["integer", "number"], "42.5", 42.5, None),
+    (
+        "number or integer union - integer value (precedence test)",
+        ["number", "integer"],
+        "42",
+        42,
+        None,
+    ),
+    (
+        "array or object union - valid object",
+        ["array", "object"],
+        '{"key": "value"}',
+        {"key": "value"},
+        None,
+    ),
+    (
+        "string integer union - integer string becomes integer (precedence)",
+        ["string", "integer"],
+        "123",
+        123,
+        None,
+    ),
+    (
+        "anyOf array or string - with plain string",
+        ["array", "string"],
+        "Error: could not load data",
+        "Error: could not load data",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("desc", "types", "raw", "peer", "ours"), VALUE_CASES, ids=[c[0] for c in VALUE_CASES]
+)
+def test_ollama_value_parsing(desc: str, types: list[str], raw: str, peer: Any, ours: Any) -> None:
+    import json
+
+    schema: dict[str, Any] = {"type": types} if types else {}
+    tools = [tool("f", p=schema)] if types else None
+    text = f"<tool_call>\n<function=f>\n<parameter=p>{raw}</parameter>\n</function>\n</tool_call>"
+    (call,) = parse_completion(text, tools=tools, thinking=False).tool_calls
+    expected = peer if ours is None else ours
+    assert json.dumps(call.arguments["p"]) == json.dumps(expected), (OLLAMA_VALUES, desc)
+
+
+OLLAMA_PARSER = "ollama/ollama model/parsers/qwen3coder_test.go"
+OLLAMA_CASES = [
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserTruncatedToolCallNoCloseTag",
+        "<tool_call><function=write_file><parameter=path>/tmp/test.py</parameter>"
+        "<parameter=content>print('hel",
+        (),
+        None,
+        differs="Ollama returns the cut-off call's text as content; we keep it out of content "
+        "and report it as Completion.unterminated (never dispatched either way)",
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserInvalidToolCallXML",
+        "<tool_call>this is not valid xml at all</tool_call>",
+        ParseError,
+        differs="Ollama returns the span's inner text as content; a closed <tool_call> span "
+        "that holds no call is a ParseError here",
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserValidToolCallAfterInvalid",
+        "<tool_call>invalid content</tool_call>\n<tool_call><function=get_weather>"
+        "<parameter=location>SF</parameter></function></tool_call>",
+        ParseError,
+        differs="Ollama keeps the invalid span's text as content and runs the valid call; a "
+        "closed <tool_call> span that holds no call is a ParseError here",
+    ),
+    Case(
+        OLLAMA_PARSER, "TestQwen3CoderParserContentDrainOnDone", "Hello world\n", (), "Hello world"
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserToolCallIndexing",
+        "<tool_call><function=first><parameter=a>1</parameter></function></tool_call>\n"
+        "<tool_call><function=second><parameter=b>2</parameter></function></tool_call>\n"
+        "<tool_call><function=third><parameter=c>3</parameter></function></tool_call>",
+        (ToolCall("first", {"a": 1}), ToolCall("second", {"b": 2}), ToolCall("third", {"c": 3})),
+        None,
+        differs="Ollama keeps '1' a string without a schema; we read a value without a schema "
+        "as JSON when it parses, so 1",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", OLLAMA_CASES, ids=[c.test for c in OLLAMA_CASES])
+def test_ollama_parser_case(case: Case) -> None:
+    test_peer_case(case)
+
+
+def test_every_ollama_difference_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    for case in OLLAMA_CASES:
+        if case.differs:
+            assert case.test in readme, f"README does not list {case.source} {case.test}"
+    for desc, *_, ours in VALUE_CASES:
+        if ours is not None:
+            assert desc in readme, f"README does not list {OLLAMA_VALUES} {desc}"
