@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +23,6 @@ from qwen_encode.conversation import ToolCall
 from qwen_encode.errors import ParseError
 from qwen_encode.parser import Completion, StreamParser, parse_completion
 from tests.test_parser import BYTES, check_events, cut
-
-ROOT = Path(__file__).resolve().parent.parent
-QWEN38 = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b"
 
 
 def tool(name: str, **types: str) -> dict[str, Any]:
@@ -41,28 +37,6 @@ WEATHER = tool("get_current_weather", city="string", state="string", unit="strin
 SHELL = tool("run_shell", command="string", timeout="integer")
 EDIT = tool("edit_file", path="string", old_string="string", new_string="string")
 TOOLS = [WEATHER, SHELL, EDIT]
-
-
-@pytest.fixture(scope="module")
-def real_ids() -> Any:
-    if not QWEN38.exists():
-        pytest.skip(f"{QWEN38} is absent: the real checkpoint lives in ../shared beside the repo")
-    import qwen_encode as qe
-
-    encoder = qe.Encoder.from_pretrained(QWEN38, markers_in_text="atomic", engine="tokenizers")
-    tokenizer = encoder.vocabulary.tokenizer
-
-    def ids(text: str) -> list[int]:
-        return list(tokenizer.encode(text, add_special_tokens=False).ids)
-
-    return encoder, ids
-
-
-@pytest.fixture(params=["tiny", "real"])
-def real(request: pytest.FixtureRequest) -> Any:
-    if request.param == "tiny":
-        return (None, None)
-    return request.getfixturevalue("real_ids")
 
 
 def _stream(chunks: list[Any], **kwargs: Any) -> Completion:

@@ -5,19 +5,13 @@ against the text itself and, on the real vocabulary, against the marker IDs' own
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 import qwen_encode as qe
 from qwen_encode import markers as mk
 from qwen_encode.parser import Completion, Span, StreamParser, parse_completion
 from qwen_encode.protocol import format_tool_call
 from tests.test_parser import BYTES, cut
-
-ROOT = Path(__file__).resolve().parent.parent
-QWEN38 = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b"
 
 CALL = format_tool_call("run_shell", {"command": "ls -la\nwc -l *.py", "timeout": 30})
 TEXT = (
@@ -101,16 +95,9 @@ def test_a_call_without_parameters_and_several_calls() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def real() -> Any:
-    if not QWEN38.exists():
-        pytest.skip(f"{QWEN38} is absent: the real checkpoint lives in ../shared beside the repo")
-    encoder = qe.Encoder.from_pretrained(QWEN38, markers_in_text="atomic", engine="tokenizers")
-    return encoder, encoder.vocabulary.tokenizer
-
-
-def test_token_positions_on_the_real_vocabulary(real: Any) -> None:
-    encoder, tokenizer = real
+def test_token_positions_on_the_real_vocabulary(real_ids: Any) -> None:
+    encoder, _ = real_ids
+    tokenizer = encoder.vocabulary.tokenizer
     ids = list(tokenizer.encode(TEXT, add_special_tokens=False).ids)
     markers = encoder.marker_ids
     c = parse_completion(ids, encoder=encoder)
@@ -137,8 +124,9 @@ def test_token_positions_on_the_real_vocabulary(real: Any) -> None:
     assert parser.finish().spans == c.spans
 
 
-def test_content_tokens_on_the_real_vocabulary(real: Any) -> None:
-    encoder, tokenizer = real
+def test_content_tokens_on_the_real_vocabulary(real_ids: Any) -> None:
+    encoder, _ = real_ids
+    tokenizer = encoder.vocabulary.tokenizer
     text = "Plan.\n</think>\n\nIt is sunny in Zürich 🌞 today." + mk.TURN_CLOSE + mk.END_OF_TEXT
     ids = list(tokenizer.encode(text, add_special_tokens=False).ids)
     c = parse_completion(ids, encoder=encoder)

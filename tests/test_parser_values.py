@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,9 +31,6 @@ from qwen_encode.parser import (
 )
 from qwen_encode.protocol import format_tool_call, format_turn
 from tests.test_parser import BYTES, check_events, cut, stream
-
-ROOT = Path(__file__).resolve().parent.parent
-QWEN38 = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b"
 
 
 def tool(name: str, *params: str, types: dict[str, str] | None = None) -> dict[str, Any]:
@@ -63,22 +59,6 @@ EDIT_NEW = (
     'EXPECTED = """\n<parameter=path>\na.py\n</parameter>\n<parameter=old_string>\nx = 1\n'
     '</parameter>\n"""\n'
 )
-
-
-@pytest.fixture(scope="module")
-def real_ids() -> Any:
-    """(encoder, text -> IDs with every marker spelling as its atomic ID) for Qwen 3.8."""
-    if not QWEN38.exists():
-        pytest.skip(f"{QWEN38} is absent: the real checkpoint lives in ../shared beside the repo")
-    import qwen_encode as qe
-
-    encoder = qe.Encoder.from_pretrained(QWEN38, markers_in_text="atomic", engine="tokenizers")
-    tokenizer = encoder.vocabulary.tokenizer
-
-    def ids(text: str) -> list[int]:
-        return list(tokenizer.encode(text, add_special_tokens=False).ids)
-
-    return encoder, ids
 
 
 def everywhere(
@@ -112,13 +92,6 @@ def everywhere(
         final, events = stream(chunks, **options)
         assert final == expected
         check_events(final, events)
-
-
-@pytest.fixture(params=["tiny", "real"])
-def real(request: pytest.FixtureRequest) -> Any:
-    if request.param == "tiny":
-        return (None, None)
-    return request.getfixturevalue("real_ids")
 
 
 class TestValuesHoldingMarkup:
