@@ -40,20 +40,27 @@ Piece = tuple[bool, str]
 
 def _stop_suffix(text: str) -> int:
     """Where the suffix of ``text`` that may still be (or is) the output's stop begins:
-    a whole stop form and whitespace, or a prefix of a form; ``len(text)`` when none."""
-    end = len(text.rstrip())
-    for form in _STOP_TEXTS:
-        if text.endswith(form, 0, end):
-            return end - len(form)
-    if end < len(text):
-        return len(text)
+    a whole stop form and whitespace, or a prefix of a form; ``len(text)`` when none.
+    Called on every text delta, so the common case (no ``<`` near the end, no whole form) is
+    one ``find``."""
+    size = len(text)
+    if not size:
+        return 0
+    last = text[-1]
+    if last == ">" or last.isspace():
+        end = len(text.rstrip())
+        for form in _STOP_TEXTS:
+            if text.endswith(form, 0, end):
+                return end - len(form)
+        if end < size:
+            return size
     # The longest such suffix: "<|im_end|><|endof" may still become both markers.
-    lt = text.find("<", max(0, len(text) - _LONGEST_STOP))
+    lt = text.find("<", max(0, size - _LONGEST_STOP))
     while lt >= 0:
         if any(form.startswith(text[lt:]) for form in _STOP_TEXTS):
             return lt
         lt = text.find("<", lt + 1)
-    return len(text)
+    return size
 
 
 def _stop_form(text: str) -> tuple[str, ...] | None:
@@ -280,10 +287,12 @@ class _IdSplitter(_Splitter):
             self.stop_tokens = (self.held[0][1], self.position)
         return pieces
 
-    def _flush(self, pieces: list[Piece]) -> None:
+    def _flush(self, pieces: list[Piece], text: str | None = None) -> None:
+        """Hand out the pending run (``text``: its decoding, when the caller has it)."""
         if self.pending:
             run = list(self.pending)
-            self._emit(pieces, (False, self.decode(run)), self.pending_start, run)
+            decoded = self.decode(run) if text is None else text
+            self._emit(pieces, (False, decoded), self.pending_start, run)
             self.pending.clear()  # in place: feed() holds a reference to the list
 
     def _cut(self, pieces: list[Piece], keep: int, prefix: str) -> None:
@@ -296,7 +305,7 @@ class _IdSplitter(_Splitter):
         pending = self.pending
         text = self.decode(pending)
         if not text.endswith(_REPLACEMENT):
-            self._flush(pieces)
+            self._flush(pieces, text)
             return
         count = len(pending)
         # A cut where the prefix ends on a whole character: at most 3 tokens of a character.

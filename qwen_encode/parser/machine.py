@@ -221,14 +221,15 @@ class _Machine:
 
     def _handle(self, is_marker: bool, text: str, start: int) -> None:
         state = self.state
-        if isinstance(state, _Lookahead):
-            self._look(state, is_marker, text, start)
-        elif isinstance(state, _Tail):
-            state.items.append((is_marker, text, start))
-        elif isinstance(state, _Content):
+        # The states most pieces arrive in come first.
+        if isinstance(state, _Content):
             self._in_content(state, is_marker, text, start)
         elif isinstance(state, _Reasoning):
             self._in_reasoning(is_marker, text, start)
+        elif isinstance(state, _Tail):
+            state.items.append((is_marker, text, start))
+        elif isinstance(state, _Lookahead):
+            self._look(state, is_marker, text, start)
         elif isinstance(state, _Hold):
             self._in_hold(state, is_marker, text, start)
         else:
