@@ -134,6 +134,91 @@ def _span_ends(flat: str, events: list[tuple[int, int]], unknown: list[bool]) ->
     return best
 
 
+@dataclass(slots=True)
+class _Costs:
+    """The backward pass: the best cost of every suffix of the events, read from event ``i``
+    on while in a call (``in_call``), in an unwrapped block (``in_block``) or in content
+    (``in_content``); what ending a call at closer ``i`` costs (``end_cost``) and starting one
+    at ``i`` (``start_cost``); for a call start, its matching ``</tool_call>`` (``matching``)."""
+
+    in_call: list[int]
+    in_block: list[int]
+    in_content: list[int]
+    end_cost: list[int]
+    start_cost: list[int]
+    matching: list[int]
+    unbalanced: int
+    block_cost: int
+
+
+def _costs(
+    events: list[tuple[int, int]],
+    strong: list[bool],
+    empty: list[int],
+    consumes: list[int],
+    unknown: list[bool],
+) -> _Costs:
+    count = len(events)
+    big = count + 1
+    # Costs, most important first: the last call left open, orphan closers, calls to undeclared
+    # tools, calls without the wrapper, unbalanced spans, repairs. A span is balanced when its
+    # </tool_call> is the one that matches its <tool_call> (nesting counted): a value quoting
+    # whole calls keeps them inside. An unwrapped block is a repair of the model's output, so
+    # it never wins over a reading that keeps the same text inside a wrapped call's value.
+    unbalanced, block_cost, unknown_cost, orphan = big, big**2, big**3, big**4
+    matching = [-1] * count
+    starts: list[int] = []
+    for i, (_, kind) in enumerate(events):
+        if kind == _START_CALL:
+            starts.append(i)
+        elif kind == _TOOL_CALL_END and starts:
+            matching[starts.pop()] = i
+    c = _Costs(
+        [0] * count + [big**5],  # the output ended inside a call: not dispatched
+        [0] * count + [big**6],  # an unwrapped block that never completes is no block
+        [0] * (count + 1),
+        [0] * count,
+        [0] * count,
+        matching,
+        unbalanced,
+        block_cost,
+    )
+    for i in range(count - 1, -1, -1):
+        kind = events[i][1]
+        c.in_call[i], c.in_block[i] = c.in_call[i + 1], c.in_block[i + 1]
+        if kind == _START_CALL:
+            start = c.in_call[i + 1]
+            if matching[i] >= 0:
+                start = min(start, c.end_cost[matching[i]])
+            if empty[i] >= 0:
+                start = min(start, c.in_content[empty[i] + 1])
+            c.start_cost[i] = start
+            c.in_content[i] = start + (unknown_cost if unknown[i] else 0)
+        elif kind == _BLOCK:
+            c.in_content[i] = min(c.in_block[i + 1] + block_cost, c.in_content[i + 1])
+            # A block running over another block's start costs as much as that block would:
+            # two blocks in a row are not read as one holding the other.
+            c.in_block[i] = c.in_block[i + 1] + block_cost
+        else:
+            c.in_content[i] = c.in_content[i + 1] + orphan
+            c.end_cost[i] = c.in_content[consumes[i]] + (0 if strong[i] else 1)
+            if kind == _TOOL_CALL_END:
+                c.in_call[i] = min(c.end_cost[i] + unbalanced, c.in_call[i + 1])
+            elif kind == _FUNCTION_CLOSER:
+                c.in_block[i] = min(c.end_cost[i], c.in_block[i + 1])
+    return c
+
+
+def _closes(c: _Costs, empty: list[int], i: int) -> int:
+    """How the call starting at event ``i`` ends: the index of its </tool_call> when that is
+    known now (its whole empty block, or its matching closer), else -1."""
+    if empty[i] >= 0 and c.in_content[empty[i] + 1] == c.start_cost[i]:
+        return empty[i]
+    if c.matching[i] >= 0 and c.end_cost[c.matching[i]] == c.start_cost[i]:
+        return c.matching[i]
+    return -1
+
+
 def _best_reading(
     flat: str,
     events: list[tuple[int, int]],
@@ -142,66 +227,9 @@ def _best_reading(
     consumes: list[int],
     unknown: list[bool],
 ) -> _Reading:
+    """The forward pass over the costs: which closer ends each call."""
+    c = _costs(events, strong, empty, consumes, unknown)
     count = len(events)
-    big = count + 1
-    # Costs, most important first: the last call left open, orphan closers, calls to undeclared
-    # tools, calls without the wrapper, unbalanced spans, repairs. A span is balanced when its
-    # </tool_call> is the one that matches its <tool_call> (nesting counted): a value quoting
-    # whole calls keeps them inside. An unwrapped block is a repair of the model's output, so
-    # it never wins over a reading that keeps the same text inside a wrapped call's value.
-    unbalanced = big
-    block_cost = big**2
-    unknown_cost = big**3
-    orphan = big**4
-    open_call = big**5
-    never = big**6  # an unwrapped block that never completes is no block
-    matching = [-1] * count  # for a call start, the index of the </tool_call> that matches it
-    starts: list[int] = []
-    for i, (_, kind) in enumerate(events):
-        if kind == _START_CALL:
-            starts.append(i)
-        elif kind == _TOOL_CALL_END and starts:
-            matching[starts.pop()] = i
-    in_call = [0] * (count + 1)
-    in_block = [0] * (count + 1)
-    in_content = [0] * (count + 1)
-    in_call[count] = open_call  # the output ended inside a call: not dispatched
-    in_block[count] = never
-    end_cost = [0] * count
-    start_cost = [0] * count
-    for i in range(count - 1, -1, -1):
-        kind = events[i][1]
-        in_call[i], in_block[i] = in_call[i + 1], in_block[i + 1]
-        if kind == _START_CALL:
-            start = in_call[i + 1]
-            if matching[i] >= 0:
-                start = min(start, end_cost[matching[i]])
-            if empty[i] >= 0:
-                start = min(start, in_content[empty[i] + 1])
-            start_cost[i] = start
-            in_content[i] = start + (unknown_cost if unknown[i] else 0)
-        elif kind == _BLOCK:
-            in_content[i] = min(in_block[i + 1] + block_cost, in_content[i + 1])
-            # A block running over another block's start costs as much as that block would:
-            # two blocks in a row are not read as one holding the other.
-            in_block[i] = in_block[i + 1] + block_cost
-        else:
-            in_content[i] = in_content[i + 1] + orphan
-            end_cost[i] = in_content[consumes[i]] + (0 if strong[i] else 1)
-            if kind == _TOOL_CALL_END:
-                in_call[i] = min(end_cost[i] + unbalanced, in_call[i + 1])
-            elif kind == _FUNCTION_CLOSER:
-                in_block[i] = min(end_cost[i], in_block[i + 1])
-
-    def closes(i: int) -> int:
-        """How the call starting at event ``i`` ends: the index of its </tool_call> when that
-        is known now (its whole empty block, or its matching closer), else -1."""
-        if empty[i] >= 0 and in_content[empty[i] + 1] == start_cost[i]:
-            return empty[i]
-        if matching[i] >= 0 and end_cost[matching[i]] == start_cost[i]:
-            return matching[i]
-        return -1
-
     parts: list[_Part] = []
     quotes = _Quotes(spans=False)  # content after a call: a fenced <tool_call> is text
     seen = 0  # content fed to ``quotes`` so far
@@ -209,15 +237,14 @@ def _best_reading(
     while i < count:
         pos, kind = events[i]
         if state == _CALL:
-            if kind == _TOOL_CALL_END and end_cost[i] + unbalanced <= in_call[i + 1]:
+            if kind == _TOOL_CALL_END and c.end_cost[i] + c.unbalanced <= c.in_call[i + 1]:
                 seen = pos + len(mk.TOOL_CALL_CLOSE)
                 parts.append(_Part(opened, seen, seen, True))
                 state = _CONTENT
                 quotes.marker()
         elif state == _IN_BLOCK:
-            if kind == _FUNCTION_CLOSER and end_cost[i] <= in_block[i + 1]:
-                end = pos + len(_FUNCTION_END)
-                seen = end
+            if kind == _FUNCTION_CLOSER and c.end_cost[i] <= c.in_block[i + 1]:
+                end = seen = pos + len(_FUNCTION_END)
                 if consumes[i] != i + 1:
                     i = consumes[i] - 1
                     seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
@@ -230,17 +257,16 @@ def _best_reading(
             # The tail's first call start was checked by the outer level (never quoted).
             if quotes.quoted() and i > 0:
                 pass
-            elif kind == _START_CALL:
-                end = closes(i)
-                if end >= 0:
-                    i = end
-                    seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
-                    parts.append(_Part(pos, seen, seen, True))
-                    quotes.marker()
-                else:
-                    state, opened = _CALL, pos
-            elif in_block[i + 1] + block_cost <= in_content[i + 1]:
-                state, opened = _IN_BLOCK, pos
+            elif kind == _BLOCK:
+                if c.in_block[i + 1] + c.block_cost <= c.in_content[i + 1]:
+                    state, opened = _IN_BLOCK, pos
+            elif (end := _closes(c, empty, i)) >= 0:
+                i = end
+                seen = events[i][0] + len(mk.TOOL_CALL_CLOSE)
+                parts.append(_Part(pos, seen, seen, True))
+                quotes.marker()
+            else:
+                state, opened = _CALL, pos
         i += 1
     return _Reading(tuple(parts), opened if state == _CALL else None)
 

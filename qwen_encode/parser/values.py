@@ -120,23 +120,40 @@ def _json_type(value: Any) -> str:
     return "string"
 
 
+def _named_types(schema: Mapping[str, Any]) -> set[str] | None:
+    """The types ``"type"`` names (a name or a list of them); None when it names none."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        kind = [kind]
+    if not isinstance(kind, list | tuple):
+        return None
+    # An unknown name ("datetime", "text", "enum") is a kind of string to whoever wrote it; the
+    # raw text is the safe reading (mlx-lm PR 1310: never crash on it).
+    names = {_TYPE_NAMES.get(n.strip().lower(), "string") for n in kind if isinstance(n, str)}
+    return names or None
+
+
+def _implied_types(schema: Mapping[str, Any]) -> set[str] | None:
+    """Without a type: what ``enum``, ``const``, ``properties`` or ``items`` imply."""
+    if "enum" in schema and isinstance(schema["enum"], list | tuple):
+        return {_json_type(v) for v in schema["enum"]} or None
+    if "const" in schema:
+        return {_json_type(schema["const"])}
+    if "properties" in schema:
+        return {"object"}
+    if "items" in schema:
+        return {"array"}
+    return None
+
+
 def _schema_types(schema: Any, depth: int = 0) -> _Types:
     """The JSON types a parameter schema allows; None when it says nothing about type (or nests
     deeper than ``MAX_DEPTH``: a self-referencing schema is cut there)."""
     if not isinstance(schema, Mapping) or depth >= MAX_DEPTH:
         return None
-    types: set[str] = set()
-    declared = False
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        kind = [kind]
-    if isinstance(kind, list | tuple):
-        for name in kind:
-            if isinstance(name, str):
-                declared = True
-                # An unknown name ("datetime", "text", "enum") is a kind of string to whoever
-                # wrote it; the raw text is the safe reading (mlx-lm PR 1310: never crash on it).
-                types.add(_TYPE_NAMES.get(name.strip().lower(), "string"))
+    named = _named_types(schema)
+    types: set[str] = named or set()
+    declared = named is not None
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list | tuple):
@@ -148,17 +165,10 @@ def _schema_types(schema: Any, depth: int = 0) -> _Types:
                 declared = True
                 types |= sub
     if not declared:
-        if "enum" in schema and isinstance(schema["enum"], list | tuple):
-            types = {_json_type(v) for v in schema["enum"]}
-            declared = bool(types)
-        elif "const" in schema:
-            types, declared = {_json_type(schema["const"])}, True
-        elif "properties" in schema:
-            types, declared = {"object"}, True
-        elif "items" in schema:
-            types, declared = {"array"}, True
-    if not declared:
-        return None
+        implied = _implied_types(schema)
+        if implied is None:
+            return None
+        types = implied
     if schema.get("nullable") is True:  # OpenAPI 3.0 spelling of "or null"
         types.add("null")
     return frozenset(types)
