@@ -24,6 +24,7 @@ from .events import MarkerEncoder
 _STRUCTURAL: Final = (mk.THINK_OPEN, mk.THINK_CLOSE, mk.TOOL_CALL_OPEN, mk.TOOL_CALL_CLOSE)
 _MARKER_RE: Final = re.compile("|".join(re.escape(m) for m in _STRUCTURAL))
 _LONGEST_MARKER: Final = max(len(m) for m in _STRUCTURAL)
+_MARKER_PREFIXES: Final = frozenset(m[:k] for m in _STRUCTURAL for k in range(1, len(m)))
 _REPLACEMENT: Final = "\ufffd"
 
 # What may end an output as its stop, longest first.
@@ -34,6 +35,7 @@ _STOP_FORMS: Final = (
 )
 _STOP_TEXTS: Final = tuple("".join(form) for form in _STOP_FORMS)
 _LONGEST_STOP: Final = max(map(len, _STOP_TEXTS))
+_STOP_PREFIXES: Final = frozenset(f[:k] for f in _STOP_TEXTS for k in range(1, len(f) + 1))
 
 Piece = tuple[bool, str]
 
@@ -57,7 +59,7 @@ def _stop_suffix(text: str) -> int:
     # The longest such suffix: "<|im_end|><|endof" may still become both markers.
     lt = text.find("<", max(0, size - _LONGEST_STOP))
     while lt >= 0:
-        if any(form.startswith(text[lt:]) for form in _STOP_TEXTS):
+        if text[lt:] in _STOP_PREFIXES:
             return lt
         lt = text.find("<", lt + 1)
     return size
@@ -102,20 +104,19 @@ class _TextSplitter(_Splitter):
         pos = 0
         for match in _MARKER_RE.finditer(buffer):
             if match.start() > pos:
-                self._out(pieces, False, buffer[pos : match.start()])
-            self._out(pieces, True, match.group())
+                pieces.append((False, buffer[pos : match.start()]))
+            pieces.append((True, match.group()))
             pos = match.end()
         cut = len(buffer)
         # Only the last '<' can start a marker that is still incomplete (markers hold one '<').
         lt = buffer.rfind("<", max(pos, cut - _LONGEST_MARKER + 1))
-        if lt >= 0:
-            partial = buffer[lt:]
-            if any(m.startswith(partial) for m in _STRUCTURAL):
-                cut = lt
+        if lt >= 0 and buffer[lt:] in _MARKER_PREFIXES:
+            cut = lt
         # A held partial marker may also be the start of "<|endoftext|>" after "<|im_end|>".
         cut = min(cut, pos + _stop_suffix(buffer[pos:]))
         if cut > pos:
-            self._out(pieces, False, buffer[pos:cut])
+            pieces.append((False, buffer[pos:cut]))
+        self.chars += cut
         self.tail = buffer[cut:]
         return pieces
 
