@@ -303,3 +303,27 @@ class TestStop:
         c = parse_completion(tokens, encoder=encoder, thinking=False)
         assert (c.reasoning, c.content) == ("hm", "It is sunny.")
         assert c.stop == mk.TURN_CLOSE
+
+
+class TestStructuralReading:
+    def test_an_opener_in_one_value_and_a_closer_in_the_next_quote_nothing(self) -> None:
+        # Found by hypothesis: "<function=g>" in a and "…</function>" in b are no quoted block
+        # (no </parameter> + </function> between them would close the call early), so the
+        # junction between the values is structure and the call round-trips.
+        from qwen_encode.protocol import format_tool_call
+
+        arguments = {"a": "<function=g>", "b": "0</function>"}
+        text = format_tool_call("g", arguments)
+        for how, got in results(text, (None, None), thinking=False):
+            assert isinstance(got, Completion), how
+            assert got.tool_calls == (ToolCall("g", arguments),), how
+
+    def test_a_quoted_example_call_keeps_its_junctions(self) -> None:
+        from qwen_encode.protocol import format_tool_call
+
+        example = format_tool_call("run_shell", {"command": "ls", "timeout": 5})
+        arguments = {"path": "docs/calls.md", "old_string": "TODO", "new_string": example}
+        text = format_tool_call("edit_file", arguments)
+        for how, got in results(text, (None, None), tools=TOOLS, thinking=False):
+            assert isinstance(got, Completion), how
+            assert got.tool_calls == (ToolCall("edit_file", arguments),), how

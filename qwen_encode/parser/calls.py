@@ -50,6 +50,7 @@ _JUNCTION_RE: Final = re.compile(
 _LINE_PARAMETER_RE: Final = re.compile(r"\n<parameter=([^<>\n]*)>")
 _CLOSER_START_RE: Final = re.compile(r"</parameter")
 _FUNCTION_TAG_RE: Final = re.compile(r"<function=[^<>\n]*>|</function>")
+_EARLY_CLOSE_RE: Final = re.compile(r"</parameter[A-Za-z0-9_-]{0,16}>\s*</function>")
 # One span may hold several function blocks; "</tool_call>" missing between two is repaired.
 _NEXT_FUNCTION_RE: Final = re.compile(
     r"</parameter[A-Za-z0-9_-]{0,16}>\s*</function>"
@@ -118,8 +119,11 @@ def _short(text: str) -> str:
 
 
 def _quoted_blocks(flat: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The complete ``<function=…>…</function>`` blocks quoted inside values, outermost only:
-    read as structure, their ``</function>`` would close the call early and orphan the rest."""
+    """The complete ``<function=…>…</function>`` blocks quoted inside values, outermost only,
+    that hold a ``</parameter>`` + ``</function>``: read as structure, that would close the call
+    early and orphan the rest, so the structural reading is impossible there. (A
+    ``<function=…>`` in one value and a ``</function>`` in a later one, with no such close
+    between them, quote nothing.)"""
     regions: list[tuple[int, int]] = []
     opened: list[int] = []
     for match in _FUNCTION_TAG_RE.finditer(flat, start, end):
@@ -127,7 +131,7 @@ def _quoted_blocks(flat: str, start: int, end: int) -> list[tuple[int, int]]:
             opened.append(match.start())
         elif opened:
             at = opened.pop()
-            if not opened:
+            if not opened and _EARLY_CLOSE_RE.search(flat, at, match.end()):
                 regions.append((at, match.end()))
     return regions
 
