@@ -23,9 +23,8 @@ from typing import Any
 import qwen_encode as qe
 from qwen_encode import markers as mk
 
-# The request mapping `qwen-encode encode` and the vLLM renderer use, and the parse command's
-# stop-token rule, so the recipe cannot drift from them.
-from qwen_encode.cli import _strip_stop_ids
+# The request mapping `qwen-encode encode` and the vLLM renderer use, so the recipe cannot drift
+# from them.
 from qwen_encode.data import request_options
 
 
@@ -74,7 +73,9 @@ def complete(
     ids, thinking = prompt_ids(encoder, request)
     with _post(url, _body(request, ids, model, stream=False), timeout) as response:
         answer = json.load(response)
-    output = _strip_stop_ids(list(answer["choices"][0]["token_ids"]), encoder)
+    # vLLM's token_ids end with the stop token that ended generation: the parser reads it as
+    # the turn's end (Completion.stop), never as content.
+    output = list(answer["choices"][0]["token_ids"])
     return qe.parse_completion(
         output, tools=request.get("tools"), thinking=thinking, encoder=encoder
     )
@@ -90,8 +91,9 @@ def stream(
 ) -> Iterator[qe.StreamEvent]:
     """Streaming: the parser's events as the server's chunks arrive (server-sent events)."""
     ids, thinking = prompt_ids(encoder, request)
+    # A stop token at the end is held back by the parser until the output ends: it ends the
+    # turn (Completion.stop) and is never content.
     parser = qe.StreamParser(tools=request.get("tools"), thinking=thinking, encoder=encoder)
-    held: list[int] = []  # the last token so far: the stop token if generation ends here
     with _post(url, _body(request, ids, model, stream=True), timeout) as response:
         for line in response:
             line = line.strip()
@@ -100,11 +102,7 @@ def stream(
             data = line[len(b"data:") :].strip()
             if data == b"[DONE]":
                 break
-            tokens = held + list(json.loads(data)["choices"][0].get("token_ids") or [])
-            held = tokens[-1:]
-            yield from parser.feed(tokens[:-1])
-    # The stop token that ended generation is not output.
-    yield from parser.feed(_strip_stop_ids(held, encoder))
+            yield from parser.feed(list(json.loads(data)["choices"][0].get("token_ids") or []))
     yield from parser.flush()
 
 

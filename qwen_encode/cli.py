@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from . import markers as mk
 from .data import TEMPLATE_KWARGS, json_type, request_options
 from .errors import CheckpointError, PromptError, QwenEncodeError, VocabularyError, shown
 
@@ -1109,10 +1108,10 @@ class _Parser:
     def record(self, value: Any, line: int) -> dict[str, Any]:
         from .parser import parse_completion
 
-        output: str | list[int]
         if isinstance(value, str):
-            output = _strip_stop_text(value)
-            completion = parse_completion(output, tools=self.tools, thinking=self.thinking)
+            # A trailing <|im_end|> (engines report it with skip_special_tokens=False; a render
+            # of a closed turn has it) ends the turn: the parser records it as the stop.
+            completion = parse_completion(value, tools=self.tools, thinking=self.thinking)
         elif isinstance(value, dict):
             has_text, has_ids = "text" in value, "output_ids" in value
             if has_text == has_ids:
@@ -1125,9 +1124,7 @@ class _Parser:
                     raise LineError(
                         "RequestError", f'"text" must be a string, got {json_type(text)}'
                     )
-                completion = parse_completion(
-                    _strip_stop_text(text), tools=self.tools, thinking=self.thinking
-                )
+                completion = parse_completion(text, tools=self.tools, thinking=self.thinking)
             else:
                 ids = value["output_ids"]
                 if not isinstance(ids, list) or not all(
@@ -1147,8 +1144,9 @@ class _Parser:
                         f"output_ids {unknown[:5]} are not tokens of this vocabulary "
                         f"({size:,} tokens): is --model the model that generated them?",
                     )
+                # vLLM's output token_ids end with the stop token that ended generation.
                 completion = parse_completion(
-                    _strip_stop_ids(ids, encoder),
+                    ids,
                     tools=self.tools,
                     thinking=self.thinking,
                     encoder=encoder,
@@ -1169,24 +1167,6 @@ class _Parser:
         if completion.unterminated is not None:
             record["unterminated"] = completion.unterminated
         return record
-
-
-def _strip_stop_text(text: str) -> str:
-    """Drop the stop marker a completion may end with (engines report it with
-    skip_special_tokens=False; a render of a closed turn has it): it ends the turn, it is not
-    content."""
-    end = text.rstrip()
-    for marker in (mk.TURN_CLOSE, mk.END_OF_TEXT):
-        if end.endswith(marker):
-            return end[: -len(marker)]
-    return text
-
-
-def _strip_stop_ids(ids: list[int], encoder: Encoder) -> list[int]:
-    stops = {encoder.marker_ids[mk.TURN_CLOSE], encoder.marker_ids[mk.END_OF_TEXT]}
-    stops.update(encoder.report.stop_token_ids or ())
-    # vLLM's output token_ids end with the stop token that ended generation.
-    return ids[:-1] if ids and ids[-1] in stops else ids
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

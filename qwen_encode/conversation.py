@@ -122,11 +122,17 @@ Content: TypeAlias = str | tuple[ContentBlock, ...] | None
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One function call written by the assistant. ``arguments`` maps parameter names to JSON
-    values; treat it as read-only."""
+    values; treat it as read-only.
+
+    ``undeclared`` names the arguments the tool's schema does not declare (the parser keeps them,
+    typed as without a schema, so a host can refuse them); it is left out of equality and of
+    ``to_dict``: the call is the same call whoever checked it.
+    """
 
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
+    undeclared: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # Checked here, where every call is made (from messages, by the parser, by hand), so a
@@ -151,6 +157,10 @@ class ToolCall:
             raise PromptError(problem, field="arguments")
         if self.id is not None and not isinstance(self.id, str):
             raise PromptError(f"must be a string, got {type(self.id).__name__}", field="id")
+        if not isinstance(self.undeclared, tuple) or not all(
+            isinstance(name, str) for name in self.undeclared
+        ):
+            raise PromptError("must be a tuple of argument names", field="undeclared")
 
     def to_dict(self) -> dict[str, Any]:
         """OpenAI shape: ``{"type": "function", "function": {"name", "arguments": JSON text}}``."""

@@ -9,9 +9,14 @@ a marker, whitespace, a backtick fence…) and any other byte for one character.
 * ``StreamParser`` fed in random chunks, as text and as token IDs, equals the batch parse
   (errors included, same offset);
 * a call whose ``</tool_call>`` is missing is never dispatched;
-* every ``format_tool_call`` output parses back to the same arguments, unless a value holds one
-  of the sequences the README lists as provably ambiguous (then: the same call, or ParseError,
-  or a call that ``format_tool_call`` writes as the very same text).
+* every ``format_tool_call`` output whose values hold no line-start boundary markup (nor the
+  other sequences the README lists as provably ambiguous) parses back to its arguments;
+* a call that gives one parameter twice with different values is a ``ParseError``;
+* no dispatched value holds a line-start ``</parameter>`` followed by a line-start
+  ``<parameter=`` unless the structural reading was impossible (inside a complete
+  ``<function=…>…</function>`` block quoted in the value);
+* the spans account for the parts: the content spans' text, joined and trimmed, is ``content``
+  (likewise reasoning), and from token IDs every span has its token positions.
 
     .venv/bin/python scripts/fuzz.py --minutes 10        # saves crashes under tests/fuzz_corpus
     .venv/bin/python scripts/fuzz.py --seconds 20 --crashes /tmp/x
@@ -121,8 +126,11 @@ def chunked(seq: Sequence[Any], rng: random.Random) -> list[Any]:
 
 _CONFUSABLE = re.compile(
     r"</parameter[A-Za-z0-9_-]{0,16}>\s*(?:<parameter=|</function>|\Z)"
-    r"|(?:^|\n)(?:<parameter=|</function>)"
+    r"|(?:^|\n)(?:<parameter=|</function>|</parameter)"
 )
+# A line-start </parameter> then a line-start <parameter=: the structural junction.
+_JUNCTION = re.compile(r"(?:^|\n)</parameter>\s*\n<parameter=([^<>\n]*)>")
+_QUOTED_BLOCK = re.compile(r"<function=[^<>\n]*>.*</function>", re.DOTALL)
 
 
 def confusable(value: str) -> bool:
@@ -139,9 +147,31 @@ def check_parse(text: str, flags: int, rng: random.Random) -> None:
     ids = IDS.encode(text)
     by_ids = outcome(lambda: parse_completion(ids, encoder=IDS, **kwargs))
     assert streamed(chunked(ids, rng), encoder=IDS, **kwargs) == by_ids, "ID stream != batch"
-    if isinstance(batch, Completion) and batch.content:
-        # to_message() must never hold what the template would split the turn at.
-        assert mk.THINK_CLOSE not in batch.content
+    if isinstance(batch, Completion):
+        check_spans(text, batch)
+        check_values(batch)
+    if isinstance(by_ids, Completion):
+        assert all(s.token_start is not None for s in by_ids.spans), "a span without tokens"
+
+
+def check_spans(text: str, completion: Completion) -> None:
+    for kind in ("reasoning", "content"):
+        joined = "".join(text[s.start : s.end] for s in completion.spans if s.kind == kind)
+        assert (joined.strip() or None) == getattr(completion, kind), f"{kind} spans"
+    calls = [s for s in completion.spans if s.kind == "tool_call"]
+    assert len(calls) == len(completion.tool_calls), "one span per call"
+
+
+def check_values(completion: Completion) -> None:
+    for call in completion.tool_calls:
+        for value in call.arguments.values():
+            if not isinstance(value, str):
+                continue
+            for match in _JUNCTION.finditer(_QUOTED_BLOCK.sub("\x00", value)):
+                assert mk.call_name_problem(match.group(1).strip()) is not None, (
+                    "a dispatched value holds a structural junction",
+                    call,
+                )
 
 
 def check_round_trip(data: bytes) -> None:
@@ -162,6 +192,14 @@ def check_round_trip(data: bytes) -> None:
             assert ambiguous, ("round trip", arguments, calls)
     else:
         assert ambiguous, ("ParseError on a plain value", arguments, got)
+    if len(values) >= 2 and not ambiguous and values[0] != values[1]:
+        # The first parameter given again with another value: refused, never picked.
+        second = format_tool_call("g", {"a": values[1]}).split("<parameter=a>", 1)[1]
+        duplicate = text.replace(
+            "</function>", "<parameter=a>" + second.split("</function>")[0] + "</function>", 1
+        )
+        twice = outcome(lambda: parse_completion(duplicate, **kwargs))
+        assert isinstance(twice, tuple), ("a conflicting duplicate was dispatched", duplicate)
     # Cut before its </tool_call>: never dispatched (unless a value holds a complete call).
     cut = text[: text.rindex(mk.TOOL_CALL_CLOSE)]
     if not any(mk.TOOL_CALL_CLOSE in v for v in values):

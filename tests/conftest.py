@@ -37,3 +37,27 @@ def oracle(qwen38_dir: Path):
     )
     transformers.logging.set_verbosity_error()
     return transformers.AutoTokenizer.from_pretrained(str(qwen38_dir))
+
+
+@pytest.fixture(scope="session")
+def real_ids(qwen38_dir: Path):  # type: ignore[no-untyped-def]
+    """(encoder, text -> IDs) for Qwen 3.8, every marker spelling as its atomic ID, as the
+    model emits them: the parser's tests read completions through it."""
+    import qwen_encode as qe
+
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, markers_in_text="atomic", engine="tokenizers")
+    tokenizer = encoder.vocabulary.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return encoder, ids
+
+
+@pytest.fixture(params=["tiny", "real"])
+def real(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The parser's tests twice: with the byte stand-in alone ("tiny": (None, None)), and with
+    the real vocabulary's IDs too (``real_ids``)."""
+    if request.param == "tiny":
+        return (None, None)
+    return request.getfixturevalue("real_ids")

@@ -143,8 +143,9 @@ def test_completion_parses_like_parse_completion(
 ) -> None:
     url, _ = server
     got = recipe.complete(encoder, REQUESTS[0], url=url, model="qwen3.8")
-    want = qe.parse_completion(OUTPUT, tools=TOOLS, thinking=True)
-    assert got == want
+    # The server's token_ids end with the stop token: the turn's end, not content.
+    want = qe.parse_completion(OUTPUT + "<|im_end|>", tools=TOOLS, thinking=True)
+    assert got == want and got.stop == "<|im_end|>"
     assert got.content == "Checking." and got.tool_calls[0].arguments == {
         "city": "Paris",
         "days": 3,

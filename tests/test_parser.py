@@ -337,10 +337,10 @@ class TestReasoning:
     def test_reasoning_ends_at_the_first_think_close(self) -> None:
         c = parse_completion("Let me see.\n</think>\n\nIt is 4.")
         assert (c.reasoning, c.content, c.tool_calls) == ("Let me see.", "It is 4.", ())
-        # Issue 10: a stray second </think> is dropped from content; kept, the template would
-        # split the turn there when it goes back into history.
+        # A second </think> is content, verbatim: the template renders content as it is (checked
+        # with apply_chat_template on an assistant message whose content holds the tag).
         c = parse_completion("a</think>b</think>c")
-        assert (c.reasoning, c.content) == ("a", "bc")
+        assert (c.reasoning, c.content) == ("a", "b</think>c")
 
     def test_no_think_close_means_truncated_reasoning(self) -> None:
         c = parse_completion("I was thinking about <b>this</b> and")
@@ -388,7 +388,7 @@ class TestReasoning:
 
     def test_think_markers_elsewhere_are_text(self) -> None:
         c = answer("Use <think> and </think> tags.")
-        assert c == Completion(content="Use <think> and  tags.")  # a stray </think>: dropped
+        assert c == Completion(content="Use <think> and </think> tags.")  # verbatim
         c = parse_completion("r</think>see <think> here")
         assert c.content == "see <think> here"
 
@@ -588,13 +588,18 @@ class TestProtocolErrors:
         text = "<tool_call>\n<function=f>\n<parameter=city\nParis\n</function>\n</tool_call>"
         assert self.error(text).offset == text.index("<parameter=")
 
-    def test_a_parameter_is_given_once(self) -> None:
-        # Issue 10: a second <parameter=a> cannot be structure (a is given), so it is data of
-        # the value before it: the text is exactly what the template writes for these arguments.
+    def test_a_parameter_given_twice_with_different_values_is_refused(self) -> None:
+        # Read as written, the call gives a twice; read as data, b holds the second a. A host
+        # must run neither silently: ParseError naming both offsets and both values.
         text = span("f", ("a", "1"), ("b", "x"), ("a", "2"))
-        assert answer(text).tool_calls == (
-            ToolCall("f", {"a": 1, "b": "x\n</parameter>\n<parameter=a>\n2"}),
-        )
+        error = self.error(text)
+        assert error.offset == text.index("2\n</parameter>")
+        assert str(text.index("1\n</parameter>")) in error.reason
+        assert "'1'" in error.reason and "'2'" in error.reason
+
+    def test_a_parameter_given_twice_with_the_same_value_is_one_key(self) -> None:
+        text = span("f", ("a", "1"), ("b", "x"), ("a", "1"))
+        assert answer(text).tool_calls == (ToolCall("f", {"a": 1, "b": "x"}),)
 
     def test_text_where_a_tag_belongs(self) -> None:
         text = "<tool_call>\n<function=f>\nplease\n</function>\n</tool_call>"
@@ -628,15 +633,15 @@ class TestRepairs:
         )
         assert answer(text).tool_calls == (ToolCall("f", {"a": "x", "b": "y"}),)
 
-    def test_no_line_start_repair_where_a_confirmed_end_exists(self) -> None:
-        # Issue 10: the repair applies only when the block has no </parameter> at all. Here the
-        # final </parameter></function> confirms the end of a value that holds a line-start
-        # <parameter=b> (format_tool_call("f", {"a": "x\n<parameter=b>\ny"}) writes this text).
+    def test_a_line_start_parameter_with_no_closer_before_it_ends_the_value(self) -> None:
+        # The peers' repair (vLLM's test_extract_tool_calls_missing_closing_parameter_tag): the
+        # structural reading comes first. format_tool_call("f", {"a": "x\n<parameter=b>\ny"})
+        # writes this same text; the README lists it among the ambiguous renderings.
         text = (
             "<tool_call>\n<function=f>\n<parameter=a>\nx\n<parameter=b>\ny\n</parameter>\n"
             "</function>\n</tool_call>"
         )
-        assert answer(text).tool_calls == (ToolCall("f", {"a": "x\n<parameter=b>\ny"}),)
+        assert answer(text).tool_calls == (ToolCall("f", {"a": "x", "b": "y"}),)
 
     def test_missing_parameter_close_before_function_close(self) -> None:
         text = "<tool_call>\n<function=f>\n<parameter=a>\nx\n</function>\n</tool_call>"
@@ -775,8 +780,15 @@ class TestTokenIds:
         assert c.tool_calls == (ToolCall("w", {"doc": doc}),)
 
     def test_other_added_tokens_are_text(self) -> None:
-        ids = BYTES.marker(mk.THINK_CLOSE) + BYTES.text("a") + BYTES.marker(mk.TURN_CLOSE)
-        assert parse_completion(ids, encoder=BYTES).content == "a" + mk.TURN_CLOSE
+        # Not at the end, <|im_end|> is text like any non-protocol marker (at the end it is
+        # the stop: tests/test_parser_rules.py).
+        ids = (
+            BYTES.marker(mk.THINK_CLOSE)
+            + BYTES.text("a")
+            + BYTES.marker(mk.TURN_CLOSE)
+            + BYTES.text("b")
+        )
+        assert parse_completion(ids, encoder=BYTES).content == "a" + mk.TURN_CLOSE + "b"
 
     def test_ids_need_an_encoder(self) -> None:
         with pytest.raises(PromptError, match="encoder"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,9 +31,6 @@ from qwen_encode.parser import (
 )
 from qwen_encode.protocol import format_tool_call, format_turn
 from tests.test_parser import BYTES, check_events, cut, stream
-
-ROOT = Path(__file__).resolve().parent.parent
-QWEN38 = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b"
 
 
 def tool(name: str, *params: str, types: dict[str, str] | None = None) -> dict[str, Any]:
@@ -63,22 +59,6 @@ EDIT_NEW = (
     'EXPECTED = """\n<parameter=path>\na.py\n</parameter>\n<parameter=old_string>\nx = 1\n'
     '</parameter>\n"""\n'
 )
-
-
-@pytest.fixture(scope="module")
-def real_ids() -> Any:
-    """(encoder, text -> IDs with every marker spelling as its atomic ID) for Qwen 3.8."""
-    if not QWEN38.exists():
-        pytest.skip(f"{QWEN38} is absent: the real checkpoint lives in ../shared beside the repo")
-    import qwen_encode as qe
-
-    encoder = qe.Encoder.from_pretrained(QWEN38, markers_in_text="atomic", engine="tokenizers")
-    tokenizer = encoder.vocabulary.tokenizer
-
-    def ids(text: str) -> list[int]:
-        return list(tokenizer.encode(text, add_special_tokens=False).ids)
-
-    return encoder, ids
 
 
 def everywhere(
@@ -112,13 +92,6 @@ def everywhere(
         final, events = stream(chunks, **options)
         assert final == expected
         check_events(final, events)
-
-
-@pytest.fixture(params=["tiny", "real"])
-def real(request: pytest.FixtureRequest) -> Any:
-    if request.param == "tiny":
-        return (None, None)
-    return request.getfixturevalue("real_ids")
 
 
 class TestValuesHoldingMarkup:
@@ -185,7 +158,12 @@ class TestValuesHoldingMarkup:
         }
         text = format_tool_call("edit_file", args)
         assert "</parameter>\n<parameter=old_string>" in text.split("<parameter=new_string>")[1]
-        everywhere(text, Completion(tool_calls=(ToolCall("edit_file", args),)), real)
+        # Read structurally, path and old_string are each given twice with different values:
+        # never a silent pick (README, Limitations: the template writes both readings alike).
+        with pytest.raises(ParseError, match="given twice with different values") as info:
+            parse_completion(text, tools=TOOLS, thinking=False)
+        assert info.value.offset == text.index("a.py")
+        assert str(text.index("tests/test_x.py")) in info.value.reason
 
     def test_two_calls_each_holding_markup_then_content(self, real: Any) -> None:
         first = {"path": "a.md", "content": FORMAT_DOC}
@@ -222,16 +200,17 @@ class TestAmbiguity:
             "old_string": "c",
         }
         text = format_tool_call("edit_file", args)
-        with pytest.raises(ParseError, match="ambiguous") as info:
+        with pytest.raises(ParseError, match="given twice with different values") as info:
             parse_completion(text, tools=TOOLS, thinking=False)
-        first = text.index("</parameter>\n<parameter=old_string>")
-        second = text.rindex("</parameter>\n<parameter=old_string>")
-        assert info.value.offset == first
+        first = text.index("b\n</parameter>")
+        second = text.index("c\n</parameter>")
+        assert info.value.offset == second
         assert str(first) in info.value.reason and str(second) in info.value.reason
+        assert "'b'" in info.value.reason and "'c'" in info.value.reason
 
     def test_without_a_schema_a_repeated_name_is_ambiguous(self) -> None:
         text = format_tool_call("f", {"a": "1", "b": "x\n</parameter>\n<parameter=c>\n2", "c": "3"})
-        with pytest.raises(ParseError, match="ambiguous"):
+        with pytest.raises(ParseError, match="given twice with different values"):
             parse_completion(text, thinking=False)
 
 
@@ -313,15 +292,21 @@ class TestQuotedExamples:
         )
         everywhere(text, expected, real, thinking=True)
 
-    def test_backticks_after_a_closing_fence_quote_nothing(self, real: Any) -> None:
+    def test_backticks_in_an_info_string_quote_nothing(self, real: Any) -> None:
         # The rest of a fence line is its info string; streamed, it came in pieces that were
         # scanned for code spans, and the "````" opened one that quoted the real call.
-        reasoning = "Example:\n~~~\n" + self.CALL + "\n~~~ (```` marks a fence too), so:"
+        reasoning = "Example:\n~~~ (```` marks a fence too)\n" + self.CALL + "\n~~~\nso:"
         text = reasoning + self.CALL
         expected = Completion(
             reasoning=reasoning, tool_calls=(ToolCall("ping", {"host": "example.com"}),)
         )
         everywhere(text, expected, real, thinking=True)
+
+    def test_a_line_with_text_after_the_run_closes_no_fence(self, real: Any) -> None:
+        # CommonMark: a closing fence line holds nothing after its run but spaces, so the
+        # fence is still open and the call after it is quoted: reasoning, never dispatched.
+        text = "Example:\n~~~\n" + self.CALL + "\n~~~ (```` marks a fence too), so:" + self.CALL
+        everywhere(text, Completion(reasoning=text), real, thinking=True)
 
     def test_fence_in_unclosed_reasoning_is_text(self, real: Any) -> None:
         reasoning = "Plan:\n```\n" + self.CALL + "\n```\nNow the real one."
@@ -333,28 +318,28 @@ class TestQuotedExamples:
 
 
 class TestStrayThinkClose:
-    def test_dropped_from_content_and_history_renders_back_the_same(self, real: Any) -> None:
+    def test_kept_in_content_and_history_renders_back_the_same(self, real: Any) -> None:
         text = "why\n</think>\n\nThe answer</think> is 4."
-        expected = Completion(reasoning="why", content="The answer is 4.")
+        expected = Completion(reasoning="why", content="The answer</think> is 4.")
         everywhere(text, expected, real, thinking=True)
         # The turn goes back into history and is read again as the same turn.
         rendered = format_turn(expected.to_turn()).text
         body = rendered[len(mk.TURN_OPEN + "assistant\n") : -len(mk.TURN_CLOSE + "\n")]
         assert parse_completion(body, thinking=False) == expected
 
-    def test_by_id_only_the_atomic_marker_is_dropped(self) -> None:
+    def test_by_id_the_atomic_marker_is_content_too(self) -> None:
         ids = (
             BYTES.marker(mk.THINK_CLOSE)
             + BYTES.text("a ")
             + BYTES.marker(mk.THINK_CLOSE)
             + BYTES.text("b </think> c")
         )
-        assert parse_completion(ids, encoder=BYTES).content == "a b </think> c"
+        assert parse_completion(ids, encoder=BYTES).content == "a </think>b </think> c"
 
     def test_after_a_call(self) -> None:
         text = format_tool_call("ping", {"host": "h"}) + "\n</think>done"
         c = parse_completion(text, tools=TOOLS, thinking=False)
-        assert c.content == "done"
+        assert c.content == "</think>done"
 
 
 class TestNames:
@@ -584,11 +569,24 @@ class TestUnwrappedCalls:
         # call, and an unwrapped block never beats a reading that keeps the text inside it.
         doc = (
             "A call ends with\n</tool_call>\nand one without the wrapper looks like\n"
-            "<function=ping>\n<parameter=host>\nexample.com"
+            "<function=ping>"
         )
         args = {"path": "docs/format.md", "content": doc}
         text = format_tool_call("write_file", args)
         everywhere(text, Completion(tool_calls=(ToolCall("write_file", args),)), real)
+
+    def test_a_line_start_parameter_in_a_value_without_a_closer_ends_it(self) -> None:
+        # The structural reading first: a line-start <parameter=host> with no </parameter>
+        # before it ends the value (the peers' repair); host is kept and named undeclared.
+        doc = "One without the wrapper looks like\n<function=ping>\n<parameter=host>\nexample.com"
+        text = format_tool_call("write_file", {"path": "docs/format.md", "content": doc})
+        (call,) = parse_completion(text, tools=TOOLS, thinking=False).tool_calls
+        assert call.arguments == {
+            "path": "docs/format.md",
+            "content": "One without the wrapper looks like\n<function=ping>",
+            "host": "example.com",
+        }
+        assert call.undeclared == ("host",)
 
     def test_parse_tool_call_returns_it(self) -> None:
         text = "Checking.\n" + UNWRAPPED_WRITE + "\n" + format_tool_call("ping", {"host": "h"})

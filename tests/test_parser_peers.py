@@ -1,0 +1,828 @@
+"""The peers' own Qwen3-Coder / Qwen 3.5+ XML tool-call cases, run against this parser.
+
+Each case names its source file and test; its input and its expected value are the peer's own
+(only the inputs and expectations are taken, never their code). Where our rules differ on
+purpose, the case says ``differs=`` with our reading, and the README's "Parsing completions:
+differences from the peers" lists it with the peer's behaviour and ours. Every case is run in
+batch, streamed by text one character at a time, and streamed by byte IDs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from qwen_encode.conversation import ToolCall
+from qwen_encode.errors import ParseError
+from qwen_encode.parser import Completion, StreamParser, parse_completion
+from tests.test_parser import BYTES
+
+VLLM = "vllm-project/vllm tests/tool_parsers/test_qwen3coder_tool_parser.py"
+SGLANG = "sgl-project/sglang test/registered/function_call/test_qwen3_coder_detector/test_cases.py"
+SGLANG_UNIT = "sglang test_qwen3_coder_detector (TestQwen3CoderDetector, unit tests)"
+SGLANG_END = "sglang TestQwen3CoderDetectorMalformedParameterEnd"
+OLLAMA = "ollama/ollama model/parsers/qwen3coder_test.go"
+LLAMA = "llama.cpp tests/chat-parsers/test-qwen3-coder-xml.cpp (test-chat split, ochafik/llama.cpp)"
+
+
+def tool(function: str, /, **schemas: Any) -> dict[str, Any]:
+    properties = {p: s if isinstance(s, dict) else {"type": s} for p, s in schemas.items()}
+    parameters = {"type": "object", "properties": properties}
+    return {"type": "function", "function": {"name": function, "parameters": parameters}}
+
+
+VLLM_TOOLS = [
+    tool("get_current_weather", city="string", state="string", unit="string"),
+    tool("calculate_area", shape="string", dimensions="object", precision="integer"),
+]
+SGLANG_TOOLS = [
+    tool("get_current_weather", location="string", unit="string", days="integer"),
+    tool("sql_interpreter", query="string", dry_run="boolean"),
+    tool("TodoWrite", todos="array"),
+    tool("get_current_time", cities={"anyOf": [{"type": "array"}, {"type": "null"}]}),
+    tool("get_weather", city="string", days="integer"),
+]
+LLAMA_TOOLS = [
+    tool("special_function", arg1="integer"),
+    tool("complex_function", name="string", age="integer", active="boolean", score="number"),
+    tool("code_function", code="string"),
+    tool("json_function", config="object"),
+    tool("array_function", items="array"),
+    tool("boolean_function", enabled="boolean", debug="boolean"),
+    tool("null_function", optional_param="null"),
+    tool("math_function", negative="integer", decimal="number", scientific="number"),
+]
+
+WEATHER_DALLAS = (
+    "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
+    "<parameter=state>\nTX\n</parameter>\n<parameter=unit>\nfahrenheit\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
+DALLAS = ToolCall("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+
+
+@dataclass(frozen=True)
+class Case:
+    source: str
+    test: str
+    text: str
+    calls: tuple[ToolCall, ...] | type[ParseError]
+    content: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    differs: str = ""  # our reading where it differs from the peer's (README lists it)
+
+
+CASES = [
+    # ---- vLLM
+    Case(
+        VLLM,
+        "test_extract_tool_calls_no_tools",
+        "This is a test response without any tool calls",
+        (),
+        "This is a test response without any tool calls",
+        VLLM_TOOLS,
+    ),
+    Case(VLLM, "test_extract_tool_calls[single_tool]", WEATHER_DALLAS, (DALLAS,), None, VLLM_TOOLS),
+    Case(
+        VLLM,
+        "test_extract_tool_calls[single_tool_with_content]",
+        "Sure! Let me check the weather for you." + WEATHER_DALLAS,
+        (DALLAS,),
+        "Sure! Let me check the weather for you.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls[single_tool_multiline_param]",
+        "<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
+        '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n'
+        "<parameter=precision>\n2\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "calculate_area",
+                {"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2},
+            ),
+        ),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls[parallel_tools]",
+        WEATHER_DALLAS + "\n" + WEATHER_DALLAS.replace("Dallas", "Orlando").replace("TX", "FL"),
+        (
+            DALLAS,
+            ToolCall(
+                "get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"}
+            ),
+        ),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls[tool_with_typed_params]",
+        "Let me calculate that area for you.<tool_call>\n<function=calculate_area>\n"
+        "<parameter=shape>\ncircle\n</parameter>\n<parameter=dimensions>\n"
+        '{"radius": 15.5}\n</parameter>\n<parameter=precision>\n3\n</parameter>\n'
+        "</function>\n</tool_call>",
+        (
+            ToolCall(
+                "calculate_area",
+                {"shape": "circle", "dimensions": {"radius": 15.5}, "precision": 3},
+            ),
+        ),
+        "Let me calculate that area for you.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_fallback_no_tags",
+        "<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
+        "<parameter=state>\nTX\n</parameter>\n</function>",
+        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_type_conversion",
+        "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
+        "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n"
+        "</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n"
+        '<parameter=obj_param>\n{"key": "value"}\n</parameter>\n</function>\n</tool_call>',
+        (
+            ToolCall(
+                "test_types",
+                {
+                    "int_param": 42,
+                    "float_param": 3.14,
+                    "bool_param": True,
+                    "str_param": "hello world",
+                    "obj_param": {"key": "value"},
+                },
+            ),
+        ),
+        None,
+        [
+            tool(
+                "test_types",
+                int_param="integer",
+                float_param="float",
+                bool_param="boolean",
+                str_param="string",
+                obj_param="object",
+            )
+        ],
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_anyof_type_conversion",
+        "<tool_call>\n<function=test_anyof>\n<parameter=anyof_int>\n5\n</parameter>\n"
+        "<parameter=anyof_str>\nhello\n</parameter>\n<parameter=anyof_array>\n"
+        '["a", "b", "c"]\n</parameter>\n<parameter=anyof_obj>\n{"key": "value"}\n'
+        "</parameter>\n<parameter=type_as_array>\n42\n</parameter>\n"
+        "<parameter=multi_non_null>\nsome text\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "test_anyof",
+                {
+                    "anyof_int": 5,
+                    "anyof_str": "hello",
+                    "anyof_array": ["a", "b", "c"],
+                    "anyof_obj": {"key": "value"},
+                    "type_as_array": 42,
+                    "multi_non_null": "some text",
+                },
+            ),
+        ),
+        None,
+        [
+            tool(
+                "test_anyof",
+                anyof_int={"anyOf": [{"type": "integer"}, {"type": "null"}], "default": 5},
+                anyof_str={"anyOf": [{"type": "string"}, {"type": "null"}]},
+                anyof_array={
+                    "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+                },
+                anyof_obj={"anyOf": [{"type": "object"}, {"type": "null"}]},
+                type_as_array={"type": ["integer", "null"]},
+                multi_non_null={
+                    "anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]
+                },
+            )
+        ],
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_missing_closing_parameter_tag",
+        "Let me check the weather for you:\n<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter>\n"
+        "<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>",
+        (DALLAS,),
+        "Let me check the weather for you:",
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_streaming_missing_opening_tag",
+        "I'll check the weather for you.\n\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
+        "<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>",
+        (DALLAS,),
+        "I'll check the weather for you.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_malformed_xml_no_gt_delimiter",
+        "<tool_call>\n<function=get_current_weather\n<parameter=city>Dallas</parameter>\n"
+        "</function>\n</tool_call>",
+        ParseError,
+        None,
+        VLLM_TOOLS,
+        differs="vLLM returns no call for the malformed span (must not crash); we raise "
+        "ParseError naming the offset of the tag",
+    ),
+    Case(
+        VLLM,
+        "test_none_tool_calls_filtered",
+        "<tool_call>\n<function=bad_func_no_gt\n</function>\n</tool_call>\n<tool_call>\n"
+        "<function=get_current_weather>\n<parameter=city>Dallas</parameter>\n"
+        "<parameter=state>TX</parameter>\n</function>\n</tool_call>",
+        ParseError,
+        None,
+        VLLM_TOOLS,
+        differs="vLLM drops the malformed call and dispatches the good one; we raise "
+        "ParseError for the whole turn (a host decides; nothing is dropped silently)",
+    ),
+    Case(
+        VLLM,
+        "test_anyof_parameter_not_double_encoded",
+        "<tool_call>\n<function=update_record>\n"
+        '<parameter=data>{"key": "value", "count": 42}</parameter>\n</function>\n</tool_call>',
+        (ToolCall("update_record", {"data": {"key": "value", "count": 42}}),),
+        None,
+        [tool("update_record", data={"anyOf": [{"type": "object"}, {"type": "null"}]})],
+    ),
+    Case(
+        VLLM,
+        "test_streaming_multi_param_single_chunk",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>"
+        "\n<parameter=state>\nTX\n</parameter>\n<parameter=unit>\nfahrenheit\n</parameter>"
+        "\n</function>\n</tool_call>",
+        (DALLAS,),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_no_double_serialization_string_args",
+        "<tool_call>\n<function=greet>\n<parameter=message>hello world</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("greet", {"message": "hello world"}),),
+        None,
+        [tool("greet", message="string")],
+    ),
+    # ---- SGLang
+    Case(
+        SGLANG, "plain_text", "This is plain text test", (), "This is plain text test", SGLANG_TOOLS
+    ),
+    Case(
+        SGLANG,
+        "single_tool_call",
+        "<function=get_current_weather>\n<parameter=location>Boston</parameter>\n"
+        "<parameter=unit>celsius</parameter>\n<parameter=days>3</parameter>\n</function>",
+        (ToolCall("get_current_weather", {"location": "Boston", "unit": "celsius", "days": 3}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG,
+        "double_tool_call",
+        "Text prefix + double tool call test\n\n<function=get_current_weather>\n"
+        "<parameter=location>New York</parameter>\n</function>\n<function=sql_interpreter>\n"
+        "<parameter=query>SELECT * FROM users</parameter>\n<parameter=dry_run>True</parameter>"
+        "\n</function>\n",
+        (
+            ToolCall("get_current_weather", {"location": "New York"}),
+            ToolCall("sql_interpreter", {"query": "SELECT * FROM users", "dry_run": True}),
+        ),
+        "Text prefix + double tool call test",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG,
+        "implicit_parameter_close",
+        "Text prefix + implicit parameter close test\n\n<function=get_current_weather>\n"
+        "<parameter=location>Paris\n<parameter=unit>celsius\n<parameter=days>3\n</function>",
+        (ToolCall("get_current_weather", {"location": "Paris", "unit": "celsius", "days": 3}),),
+        "Text prefix + implicit parameter close test",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG,
+        "complex_schema",
+        "Text prefix + complex schema tool call test\n\n<function=TodoWrite>\n"
+        "<parameter=todos>\n[\n"
+        ' {"content": "Buy a new car", "status": \'pending\'},\n'
+        ' {"content": "Buy a new house", "status": "completed"}\n]\n</parameter>\n'
+        "</function>\n\n",
+        (
+            ToolCall(
+                "TodoWrite",
+                {
+                    "todos": '[\n {"content": "Buy a new car", "status": '
+                    '\'pending\'},\n {"content": "Buy a new house", '
+                    '"status": "completed"}\n]'
+                },
+            ),
+        ),
+        "Text prefix + complex schema tool call test",
+        SGLANG_TOOLS,
+        differs="SGLang reads the single-quoted 'pending' as a Python literal and returns the "
+        "array; we accept only JSON for an array schema, so the value stays the string",
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_multiple_tool_calls",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=location>New York</parameter>"
+        "\n</function>\n</tool_call>\n<tool_call>\n<function=sql_interpreter>\n"
+        "<parameter=query>SELECT * FROM users</parameter>\n<parameter=dry_run>True</parameter>"
+        "\n</function>\n</tool_call>",
+        (
+            ToolCall("get_current_weather", {"location": "New York"}),
+            ToolCall("sql_interpreter", {"query": "SELECT * FROM users", "dry_run": True}),
+        ),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_anyof_array_parameter_conversion_null",
+        "<tool_call>\n<function=get_current_time>\n<parameter=cities>\nnull\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_time", {"cities": None}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_empty_parameter_value",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=location></parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"location": ""}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_incomplete_tool_call",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=location>London",
+        (),
+        None,
+        SGLANG_TOOLS,
+    ),
+    *[
+        Case(
+            SGLANG_END,
+            f"test_non_streaming_strips_drifted_end_marker[{marker}]",
+            f"<tool_call>\n<function=get_weather>\n<parameter=city>\nShanghai\n{marker}\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            (ToolCall("get_weather", {"city": "Shanghai", "days": 3}),),
+            None,
+            SGLANG_TOOLS,
+        )
+        for marker in ("</parameter1>", "</parameter_function>", "</parameter")
+    ],
+    Case(
+        SGLANG_END,
+        "test_angle_brackets_inside_value_are_kept",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\na <b>tag</b> city\n"
+        "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("get_weather", {"city": "a <b>tag</b> city", "days": 3}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    # ---- Ollama (TestQwenToolParser: raw calls, here wrapped in their <tool_call>)
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/simple tool call",
+        "<tool_call>\n<function=get_current_temperature>\n<parameter=location>\n"
+        "San Francisco\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("get_current_temperature", {"location": "San Francisco", "unit": "celsius"}),),
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/names with spaces",
+        "<tool_call>\n<function=get current temperature>\n<parameter=location with spaces>\n"
+        "San Francisco\n</parameter>\n</function>\n</tool_call>",
+        ParseError,
+        differs="Ollama keeps names with spaces; the template writes names raw into the tags "
+        "and a name with whitespace cannot be a tool, so we raise ParseError",
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/names with quotes",
+        '<tool_call>\n<function="get current temperature">\n'
+        '<parameter="location with spaces">\nSan Francisco\n</parameter>\n</function>\n'
+        "</tool_call>",
+        ParseError,
+        differs="Ollama keeps the quotes in the names; we raise ParseError (a name the format "
+        "cannot carry)",
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/tool call with typed parameters",
+        "<tool_call>\n<function=calculate>\n<parameter=x>\n3.14\n</parameter>\n"
+        "<parameter=y>\n42\n</parameter>\n<parameter=enabled>\ntrue\n</parameter>\n"
+        '<parameter=items>\n["a", "b", "c"]\n</parameter>\n</function>\n</tool_call>',
+        (ToolCall("calculate", {"x": 3.14, "y": 42, "enabled": True, "items": ["a", "b", "c"]}),),
+        None,
+        [tool("calculate", x="number", y="integer", enabled="boolean", items="array")],
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/ampersands in parameter values",
+        '<tool_call>\n<function=exec>\n<parameter=command>\nls && echo "done"\n</parameter>\n'
+        "</function>\n</tool_call>",
+        (ToolCall("exec", {"command": 'ls && echo "done"'}),),
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/angle brackets in parameter values",
+        '<tool_call>\n<function=exec>\n<parameter=command>\nls && echo "a > b and a < b"\n'
+        "</parameter>\n</function>\n</tool_call>",
+        (ToolCall("exec", {"command": 'ls && echo "a > b and a < b"'}),),
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenToolParser/unicode in function names and parameters",
+        "<tool_call>\n<function=获取天气>\n<parameter=城市>\n北京\n</parameter>\n"
+        "<parameter=message>\nHello! 你好! 🌟 مرحبا\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("获取天气", {"城市": "北京", "message": "Hello! 你好! 🌟 مرحبا"}),),
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenParserStreaming/unicode content",
+        "你好 🌍<tool_call>\n<function=f>\n</function>\n</tool_call>مرحبا",
+        (ToolCall("f", {}),),
+        "你好 🌍مرحبا",
+    ),
+    Case(
+        OLLAMA,
+        "TestQwenParserStreaming/partial tool open tag fakeout",
+        "abc\n<tool_call fakeout",
+        (),
+        "abc\n<tool_call fakeout",
+    ),
+    # ---- llama.cpp
+    Case(
+        LLAMA,
+        "special_function, spaces around the tags",
+        " <tool_call>\n<function=special_function> <parameter=arg1>1\n</parameter>\n"
+        "</function> </tool_call>\n\n\n",
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+    Case(
+        LLAMA,
+        "Basic XML tool call parsing (indented)",
+        "<tool_call>\n  <function=special_function>\n    <parameter=arg1>\n      1\n"
+        "    </parameter>\n  </function>\n</tool_call>",
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+    Case(
+        LLAMA,
+        "Multiple parameters with different types (indented)",
+        "<tool_call>\n  <function=complex_function>\n    <parameter=name>\n      John Doe\n"
+        "    </parameter>\n    <parameter=age>\n      30\n    </parameter>\n"
+        "    <parameter=active>\n      true\n    </parameter>\n    <parameter=score>\n"
+        "      95.5\n    </parameter>\n  </function>\n</tool_call>",
+        (
+            ToolCall(
+                "complex_function",
+                {"name": "      John Doe\n    ", "age": 30, "active": True, "score": 95.5},
+            ),
+        ),
+        None,
+        LLAMA_TOOLS,
+        differs="llama.cpp trims all whitespace around a value (name = 'John Doe'); we strip "
+        "exactly the template's one leading and one trailing newline, so a string keeps the "
+        "indentation the model wrote (typed values are read with it trimmed)",
+    ),
+    Case(
+        LLAMA,
+        "Multiline content with newlines and indentation",
+        "<tool_call>\n  <function=code_function>\n    <parameter=code>\ndef hello():\n"
+        '    print("Hello, World!")\n    return True\n    </parameter>\n  </function>\n'
+        "</tool_call>",
+        (
+            ToolCall(
+                "code_function",
+                {"code": 'def hello():\n    print("Hello, World!")\n    return True\n    '},
+            ),
+        ),
+        None,
+        LLAMA_TOOLS,
+        differs="llama.cpp trims the trailing indentation before </parameter>; we keep it "
+        "(only one newline is the template's)",
+    ),
+    Case(
+        LLAMA,
+        "JSON object as parameter value",
+        "<tool_call>\n  <function=json_function>\n    <parameter=config>\n"
+        '      {"host": "localhost", "port": 8080, "ssl": false}\n    </parameter>\n'
+        "  </function>\n</tool_call>",
+        (ToolCall("json_function", {"config": {"host": "localhost", "port": 8080, "ssl": False}}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+    Case(
+        LLAMA,
+        "Boolean values (true/false)",
+        "<tool_call>\n  <function=boolean_function>\n    <parameter=enabled>\n      true\n"
+        "    </parameter>\n    <parameter=debug>\n      false\n    </parameter>\n"
+        "  </function>\n</tool_call>",
+        (ToolCall("boolean_function", {"enabled": True, "debug": False}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+    Case(
+        LLAMA,
+        "Null value",
+        "<tool_call>\n  <function=null_function>\n    <parameter=optional_param>\n"
+        "      null\n    </parameter>\n  </function>\n</tool_call>",
+        (ToolCall("null_function", {"optional_param": None}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+    Case(
+        LLAMA,
+        "Negative numbers and scientific notation",
+        "<tool_call>\n  <function=math_function>\n    <parameter=negative>\n      -42\n"
+        "    </parameter>\n    <parameter=decimal>\n      -3.14\n    </parameter>\n"
+        "    <parameter=scientific>\n      1.23e-4\n    </parameter>\n  </function>\n"
+        "</tool_call>",
+        (ToolCall("math_function", {"negative": -42, "decimal": -3.14, "scientific": 1.23e-4}),),
+        None,
+        LLAMA_TOOLS,
+    ),
+]
+
+
+def _outcome(run: Any) -> Completion | type[ParseError]:
+    try:
+        return run()
+    except ParseError:
+        return ParseError
+
+
+def _streamed(chunks: list[Any], **kwargs: Any) -> Completion:
+    parser = StreamParser(**kwargs)
+    for chunk in chunks:
+        parser.feed(chunk)
+    return parser.finish()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.source.split()[0]}::{c.test}" for c in CASES])
+def test_peer_case(case: Case) -> None:
+    kwargs: dict[str, Any] = {"tools": case.tools or None, "thinking": False}
+    runs = {
+        "batch": _outcome(lambda: parse_completion(case.text, **kwargs)),
+        "chars": _outcome(lambda: _streamed(list(case.text), **kwargs)),
+        "byte ids": _outcome(
+            lambda: _streamed([[i] for i in BYTES.encode(case.text)], encoder=BYTES, **kwargs)
+        ),
+    }
+    for how, got in runs.items():
+        if case.calls is ParseError:
+            assert got is ParseError, (how, got)
+            continue
+        assert isinstance(got, Completion), (how, case.source, case.test)
+        assert got.tool_calls == case.calls, (how, case.source, case.test)
+        assert got.content == case.content, (how, case.source, case.test)
+
+
+def test_every_difference_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    for case in CASES:
+        if case.differs:
+            assert case.test in readme, f"README does not list {case.source} {case.test}"
+
+
+OLLAMA_VALUES = "ollama/ollama model/parsers/qwen3coder_test.go TestQwenToolCallValueParsing"
+# (desc, the parameter's types, raw text between the tags, the peer's value, our value where
+# it differs on purpose). Values are compared as JSON text, so 100 and 100.0 differ.
+VALUE_CASES: list[tuple[str, list[str], str, Any, Any]] = [
+    ("default string value (no type specified)", [], "some-string", "some-string", None),
+    ("trim a single leading and trailing newline", [], "\nsome-string\n", "some-string", None),
+    (
+        "trim at most one leading and trailing newline",
+        [],
+        "\n\nsome-string\n\n",
+        "\nsome-string\n",
+        None,
+    ),
+    (
+        "newline really has to be the first character to be trimmed",
+        [],
+        " \nsome-string\n ",
+        " \nsome-string\n ",
+        None,
+    ),
+    ("numeric type", ["number"], "123", 123, None),
+    ("integer type", ["integer"], "42", 42, None),
+    ("negative integer", ["integer"], "-100", -100, None),
+    ("zero integer", ["integer"], "0", 0, None),
+    ("integer with leading zeros", ["integer"], "007", 7, None),
+    ("large integer", ["integer"], "2147483648", 2147483648, None),
+    ("float type", ["number"], "3.14", 3.14, None),
+    ("negative float", ["number"], "-273.15", -273.15, None),
+    ("float without decimal part", ["number"], "100.0", 100, 100.0),
+    ("scientific notation positive", ["number"], "1.23e5", 123000, 123000.0),
+    ("scientific notation negative", ["number"], "1.5e-3", 0.0015, None),
+    ("explicit string type", ["string"], "hello world", "hello world", None),
+    ("string with quotes", ["string"], 'He said "hello" to me', 'He said "hello" to me', None),
+    (
+        "multiline string",
+        ["string"],
+        "line one\nline two\nline three",
+        "line one\nline two\nline three",
+        None,
+    ),
+    ("empty string", ["string"], "", "", None),
+    ("string that looks like a number", ["string"], "12345", "12345", None),
+    ("boolean true", ["boolean"], "true", True, None),
+    ("boolean false", ["boolean"], "false", False, None),
+    ("boolean case insensitive true", ["boolean"], "True", True, None),
+    ("boolean case insensitive false", ["boolean"], "FALSE", False, None),
+    ("null value lowercase", ["string"], "null", None, "null"),
+    ("null value case insensitive", ["integer"], "NULL", None, "NULL"),
+    ("array of strings", ["array"], '["foo", "bar", "baz"]', ["foo", "bar", "baz"], None),
+    (
+        "array of mixed types",
+        ["array"],
+        '["string", 123, true, null]',
+        ["string", 123, True, None],
+        None,
+    ),
+    ("empty array", ["array"], "[]", [], None),
+    (
+        "simple object",
+        ["object"],
+        '{"key": "value", "number": 42}',
+        {"key": "value", "number": 42},
+        None,
+    ),
+    ("empty object", ["object"], "{}", {}, None),
+    ("invalid integer falls back to string", ["integer"], "not-a-number", "not-a-number", None),
+    ("invalid float falls back to string", ["number"], "3.14.159", "3.14.159", None),
+    ("invalid boolean falls back to false", ["boolean"], "yes", False, "yes"),
+    (
+        "invalid JSON array falls back to string",
+        ["array"],
+        "[1, 2, unclosed",
+        "[1, 2, unclosed",
+        None,
+    ),
+    (
+        "string with JSON-like content",
+        ["string"],
+        '{"this": "is", "just": "a string"}',
+        '{"this": "is", "just": "a string"}',
+        None,
+    ),
+    ("whitespace-only string", ["string"], "   ", "   ", None),
+    ("string or number union - valid number", ["string", "number"], "42.5", 42.5, None),
+    ("string or number union - non-numeric string", ["string", "number"], "hello", "hello", None),
+    ("integer or null union - null value", ["integer", "null"], "null", None, None),
+    (
+        "boolean or string union - non-boolean becomes string",
+        ["boolean", "string"],
+        "yes",
+        "yes",
+        None,
+    ),
+    (
+        "string or boolean union - valid boolean (precedence test)",
+        ["string", "boolean"],
+        "false",
+        False,
+        None,
+    ),
+    ("integer or number union - float value", ["integer", "number"], "42.5", 42.5, None),
+    (
+        "number or integer union - integer value (precedence test)",
+        ["number", "integer"],
+        "42",
+        42,
+        None,
+    ),
+    (
+        "array or object union - valid object",
+        ["array", "object"],
+        '{"key": "value"}',
+        {"key": "value"},
+        None,
+    ),
+    (
+        "string integer union - integer string becomes integer (precedence)",
+        ["string", "integer"],
+        "123",
+        123,
+        None,
+    ),
+    (
+        "anyOf array or string - with plain string",
+        ["array", "string"],
+        "Error: could not load data",
+        "Error: could not load data",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("desc", "types", "raw", "peer", "ours"), VALUE_CASES, ids=[c[0] for c in VALUE_CASES]
+)
+def test_ollama_value_parsing(desc: str, types: list[str], raw: str, peer: Any, ours: Any) -> None:
+    import json
+
+    schema: dict[str, Any] = {"type": types} if types else {}
+    tools = [tool("f", p=schema)] if types else None
+    text = f"<tool_call>\n<function=f>\n<parameter=p>{raw}</parameter>\n</function>\n</tool_call>"
+    (call,) = parse_completion(text, tools=tools, thinking=False).tool_calls
+    expected = peer if ours is None else ours
+    assert json.dumps(call.arguments["p"]) == json.dumps(expected), (OLLAMA_VALUES, desc)
+
+
+OLLAMA_PARSER = "ollama/ollama model/parsers/qwen3coder_test.go"
+OLLAMA_CASES = [
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserTruncatedToolCallNoCloseTag",
+        "<tool_call><function=write_file><parameter=path>/tmp/test.py</parameter>"
+        "<parameter=content>print('hel",
+        (),
+        None,
+        differs="Ollama returns the cut-off call's text as content; we keep it out of content "
+        "and report it as Completion.unterminated (never dispatched either way)",
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserInvalidToolCallXML",
+        "<tool_call>this is not valid xml at all</tool_call>",
+        ParseError,
+        differs="Ollama returns the span's inner text as content; a closed <tool_call> span "
+        "that holds no call is a ParseError here",
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserValidToolCallAfterInvalid",
+        "<tool_call>invalid content</tool_call>\n<tool_call><function=get_weather>"
+        "<parameter=location>SF</parameter></function></tool_call>",
+        ParseError,
+        differs="Ollama keeps the invalid span's text as content and runs the valid call; a "
+        "closed <tool_call> span that holds no call is a ParseError here",
+    ),
+    Case(
+        OLLAMA_PARSER, "TestQwen3CoderParserContentDrainOnDone", "Hello world\n", (), "Hello world"
+    ),
+    Case(
+        OLLAMA_PARSER,
+        "TestQwen3CoderParserToolCallIndexing",
+        "<tool_call><function=first><parameter=a>1</parameter></function></tool_call>\n"
+        "<tool_call><function=second><parameter=b>2</parameter></function></tool_call>\n"
+        "<tool_call><function=third><parameter=c>3</parameter></function></tool_call>",
+        (ToolCall("first", {"a": 1}), ToolCall("second", {"b": 2}), ToolCall("third", {"c": 3})),
+        None,
+        differs="Ollama keeps '1' a string without a schema; we read a value without a schema "
+        "as JSON when it parses, so 1",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", OLLAMA_CASES, ids=[c.test for c in OLLAMA_CASES])
+def test_ollama_parser_case(case: Case) -> None:
+    test_peer_case(case)
+
+
+def test_every_ollama_difference_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    for case in OLLAMA_CASES:
+        if case.differs:
+            assert case.test in readme, f"README does not list {case.source} {case.test}"
+    for desc, *_, ours in VALUE_CASES:
+        if ours is not None:
+            assert desc in readme, f"README does not list {OLLAMA_VALUES} {desc}"
