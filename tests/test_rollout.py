@@ -358,9 +358,6 @@ def test_hand_built_encoding_is_unrecorded() -> None:
 
 
 def test_field_attribution_from_spans(encoder, ids_of) -> None:
-    import dataclasses
-    from types import SimpleNamespace
-
     from qwen_encode.rollout import FIELD_KINDS, field_attribution
 
     m = encoder.marker_ids
@@ -374,31 +371,14 @@ def test_field_attribution_from_spans(encoder, ids_of) -> None:
     ]  # fmt: skip
     session = _session(encoder)
     turn = session.append_sampled(sampled)
-    assert field_attribution(turn) is None  # today's parser gives no spans
-
-    def span(kind, start, end, call_index=None, name=None):
-        return SimpleNamespace(
-            kind=kind, start=0, end=0, token_start=start, token_end=end,
-            call_index=call_index, name=name,
-        )  # fmt: skip
-
+    fields = field_attribution(turn)  # from the parser's own spans
+    assert fields is not None
     open_at = len(reasoning) + 1 + len(ids_of("\n\n"))
     value_at = open_at + 1 + len(call)
     close_at = value_at + len(value) + len(tail)
-    spans = (
-        span("reasoning", 0, len(reasoning)),
-        span("tool_call", open_at, close_at + 1, 0),
-        span("argument", value_at, value_at + len(value), 0, "city"),
-    )
-    parsed = SimpleNamespace(
-        **vars(turn.completion) if hasattr(turn.completion, "__dict__") else {}
-    )
-    parsed.spans = spans
-    fields = field_attribution(dataclasses.replace(turn, completion=parsed))
-    assert fields is not None
     kinds = [FIELD_KINDS[k] if k >= 0 else None for k in fields.kind]
     assert kinds[: len(reasoning)] == ["reasoning"] * len(reasoning)
-    assert kinds[len(reasoning)] is None  # </think>: markup
+    assert kinds[len(reasoning)] != "reasoning"  # </think>: markup
     assert kinds[value_at : value_at + len(value)] == ["argument"] * len(value)
     assert fields.names[value_at] == "city" and fields.call_index[value_at] == 0
     assert kinds[open_at] == "tool_call" and kinds[close_at] == "tool_call"
