@@ -29,14 +29,14 @@ from typing import Any
 import qwen_encode as qe
 from qwen_encode import markers as mk
 
-# The encode command's own request mapping and stop-token rule, so the recipe cannot drift
-# from `qwen-encode encode` / `qwen-encode parse`.
-from qwen_encode.cli import _request, _strip_stop_ids
+# The request mapping `qwen-encode encode` and the vLLM renderer use, so the recipe cannot drift
+# from them.
+from qwen_encode.data import request_options
 
 
 def prompt_ids(encoder: qe.Encoder, request: Mapping[str, Any]) -> tuple[list[int], bool]:
     """The request's prompt IDs, and whether its primer left ``<think>`` open."""
-    prompt = _request(dict(request), 1, None).prompt
+    prompt = qe.format_prompt(**request_options(dict(request)))
     ids = encoder.encode(prompt).input_ids.tolist()
     opened, closed = encoder.marker_ids[mk.THINK_OPEN], encoder.marker_ids[mk.THINK_CLOSE]
     last = next((i for i in reversed(ids) if i in (opened, closed)), None)
@@ -74,9 +74,10 @@ def complete_server(
     ids, thinking = prompt_ids(encoder, request)
     with _post(url, server_body(request, ids, stream=False), timeout) as response:
         answer = json.load(response)
-    output = _strip_stop_ids(list(answer["tokens"]), encoder)
+    # The tokens end with the stop token that ended generation: the parser reads it as the
+    # turn's end (Completion.stop), never as content.
     return qe.parse_completion(
-        output, tools=request.get("tools"), thinking=thinking, encoder=encoder
+        list(answer["tokens"]), tools=request.get("tools"), thinking=thinking, encoder=encoder
     )
 
 
@@ -85,20 +86,18 @@ def stream_server(
 ) -> Iterator[qe.StreamEvent]:
     """Streaming from llama-server: the parser's events as chunks of token IDs arrive."""
     ids, thinking = prompt_ids(encoder, request)
+    # A stop token at the end is held back by the parser until the output ends: it ends the
+    # turn (Completion.stop) and is never content.
     parser = qe.StreamParser(tools=request.get("tools"), thinking=thinking, encoder=encoder)
-    held: list[int] = []  # the last token so far: the stop token if generation ends there
     with _post(url, server_body(request, ids, stream=True), timeout) as response:
         for line in response:
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
             chunk = json.loads(line[len(b"data:") :])
-            tokens = held + list(chunk.get("tokens") or [])
-            held = tokens[-1:]
-            yield from parser.feed(tokens[:-1])
+            yield from parser.feed(list(chunk.get("tokens") or []))
             if chunk.get("stop"):
                 break
-    yield from parser.feed(_strip_stop_ids(held, encoder))
     yield from parser.flush()
 
 

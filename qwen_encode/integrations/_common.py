@@ -24,7 +24,14 @@ from .. import markers as mk
 from ..conversation import ToolCall
 from ..encoder import MarkersInText
 from ..errors import ParseError
-from ..parser import ContentDelta, ReasoningDelta, StreamParser, ToolCallEvent
+from ..parser import (
+    Completion,
+    ContentDelta,
+    ReasoningDelta,
+    StreamParser,
+    ToolCallEvent,
+    parse_completion,
+)
 
 logger = logging.getLogger("qwen_encode.integrations")
 
@@ -164,12 +171,25 @@ def split_reasoning_text(text: str, thinking: bool) -> tuple[str | None, str]:
     if close != -1:
         end = close + len(mk.THINK_CLOSE)
         return _reasoning_of(text[:end], thinking), text[end:]
-    # No </think>: all reasoning (cut off), unless a call ended it (the parser's HOLD rule).
-    reasoning = _reasoning_of(text, thinking)
-    start = hold_split(text, reasoning)
+    # No </think>: all reasoning (cut off), unless a call ended it (the parser's HOLD rule);
+    # the parser's spans say where the answer began.
+    try:
+        parsed = parse_completion(text, thinking=thinking)
+    except ParseError:
+        reasoning = _reasoning_of(text, thinking)
+        start = hold_split(text, reasoning)
+    else:
+        reasoning, start = parsed.reasoning, answer_start(parsed)
     if start is None:
         return reasoning, ""
     return reasoning, text[start:]
+
+
+def answer_start(completion: Completion) -> int | None:
+    """Where the answer begins in the text a completion was read from (its first content or
+    call span), from the parser's own spans; None when it is all reasoning."""
+    starts = [span.start for span in completion.spans if span.kind in ("content", "tool_call")]
+    return min(starts) if starts else None
 
 
 def _reasoning_of(text: str, thinking: bool) -> str | None:
@@ -370,13 +390,16 @@ class ReasoningText:
             return "", self._answer.feed(held) if held else ""
         self._phase = "answer"
         self._raw.append(held)
+        raw = "".join(self._raw)
         try:
             events = self._parser.feed(held) + self._parser.flush()
         except ParseError:
-            events = []  # a call span ended reasoning: hold_split below finds it
-        reasoning = self._take(events)
-        raw = "".join(self._raw)
-        start = hold_split(raw, "".join(self._said).strip() or None)
+            # A call span that does not parse ended reasoning: no spans, so find its start.
+            reasoning = self._take([])
+            start = hold_split(raw, "".join(self._said).strip() or None)
+        else:
+            reasoning = self._take(events)
+            start = answer_start(self._parser.finish())
         answer = self._answer.feed(raw[start:]) if start is not None else ""
         return reasoning, answer
 
