@@ -20,6 +20,7 @@ from qwen_encode.parser import Completion, StreamParser, parse_completion
 from tests.test_parser import BYTES
 
 VLLM = "vllm-project/vllm tests/tool_parsers/test_qwen3coder_tool_parser.py"
+VLLM_SHARED = "vllm-project/vllm tests/tool_parsers/test_qwen3_xml_coder_shared.py"
 SGLANG = "sgl-project/sglang test/registered/function_call/test_qwen3_coder_detector/test_cases.py"
 SGLANG_UNIT = "sglang test_qwen3_coder_detector (TestQwen3CoderDetector, unit tests)"
 SGLANG_END = "sglang TestQwen3CoderDetectorMalformedParameterEnd"
@@ -61,6 +62,31 @@ WEATHER_DALLAS = (
     "</function>\n</tool_call>"
 )
 DALLAS = ToolCall("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+
+# vLLM test_qwen3_xml_coder_shared.py: values that quote the call format
+VLLM_XML_TAGS_IN_CONTENT = (
+    "char_deltas = [\n"
+    '    "<tool_call>\\n",\n'
+    '    "<parameter=query>\\n",\n'
+    '    "\\n</parameter>\\n",\n'
+    '    "</function>\\n",\n'
+    "]\n"
+)
+VLLM_FULL_NESTED_CALL = (
+    'doc = """\n<tool_call>\n<function=write_file>\n<parameter=path>\nliteral/value.txt\n'
+    "</parameter>\n<parameter=content>\nhello\n</parameter>\n</function>\n</tool_call>\n"
+    '"""\n'
+)
+VLLM_OUT_OF_SCHEMA_NESTED = (
+    'template = """\n<tool_call>\n<function=foo>\n<parameter=bar>baz</parameter>\n'
+    '</function>\n</tool_call>\n"""\n'
+)
+VLLM_TWO_CALLS = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+    "<parameter=city>\nLondon\n</parameter>\n</function>\n</tool_call>"
+)
+WRITE_FILE_TOOLS = [tool("write_file", path="string", content="string")]
 
 
 @dataclass(frozen=True)
@@ -286,6 +312,302 @@ CASES = [
         None,
         [tool("greet", message="string")],
     ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_anyof_type_conversion_streaming",
+        "<tool_call>\n<function=search_web>\n<parameter=query>\nvllm tool parser\n</parameter>\n"
+        "<parameter=count>\n10\n</parameter>\n<parameter=verbose>\ntrue\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("search_web", {"query": "vllm tool parser", "count": 10, "verbose": True}),),
+        None,
+        [
+            tool(
+                "search_web",
+                query={"anyOf": [{"type": "string"}, {"type": "null"}]},
+                count={"anyOf": [{"type": "integer"}, {"type": "null"}], "default": 5},
+                verbose={"anyOf": [{"type": "boolean"}, {"type": "null"}]},
+            )
+        ],
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_streaming[no_tools]",
+        "This is a test without tools",
+        (),
+        "This is a test without tools",
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_streaming[parallel_tools]",
+        WEATHER_DALLAS
+        + "\n"
+        + WEATHER_DALLAS.replace("Dallas", "Orlando")
+        .replace("TX", "FL")
+        .replace("fahrenheit", "celsius"),
+        (
+            DALLAS,
+            ToolCall("get_current_weather", {"city": "Orlando", "state": "FL", "unit": "celsius"}),
+        ),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM,
+        "test_extract_tool_calls_streaming_incremental",
+        "I'll check the weather.<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "I'll check the weather.",
+        VLLM_TOOLS,
+    ),
+    # ---- vLLM, the cases both of its Qwen3 XML parsers must pass
+    Case(
+        VLLM_SHARED,
+        "test_extract_tool_calls_complex_type_with_single_quote",
+        "<tool_call>\n<function=test_types>\n<parameter=obj_param>\n{'key': 'value'}\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (ToolCall("test_types", {"obj_param": "{'key': 'value'}"}),),
+        None,
+        [
+            tool(
+                "test_types",
+                int_param="integer",
+                float_param="float",
+                bool_param="boolean",
+                str_param="string",
+                obj_param="object",
+            )
+        ],
+        differs="vLLM reads the single-quoted object as a Python literal ({'key': 'value'}); "
+        "we accept only JSON for an object schema, so the value stays the string",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_extract_tool_calls_streaming_speculative_decode_loss",
+        "<tool_call>\n<function=test>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("test", {"city": "Paris"}),),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_string_null_value_preserved",
+        "<tool_call>\n<function=search>\n<parameter=query>null</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("search", {"query": "null"}),),
+        None,
+        [tool("search", query="string")],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_anyof_string_null_keeps_value_as_string",
+        "<tool_call>\n<function=set_code>\n<parameter=code>42</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("set_code", {"code": "42"}),),
+        None,
+        [tool("set_code", code={"anyOf": [{"type": "string"}, {"type": "null"}]})],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_anyof_integer_null_parses_as_int",
+        "<tool_call>\n<function=set_count>\n<parameter=count>42</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("set_count", {"count": 42}),),
+        None,
+        [tool("set_count", count={"anyOf": [{"type": "integer"}, {"type": "null"}]})],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_double_encoded_object_param_nonstreaming",
+        "<tool_call>\n<function=process>\n<parameter=name>\nhello\n</parameter>\n"
+        "<parameter=data>\n\"{'key': 'value', 'n': 1}\"\n</parameter>\n</function>\n"
+        "</tool_call>\n",
+        (ToolCall("process", {"name": "hello", "data": "\"{'key': 'value', 'n': 1}\""}),),
+        None,
+        [tool("process", name="string", data="object")],
+        differs="vLLM decodes a JSON string holding a Python repr twice into the object "
+        "{'key': 'value', 'n': 1}; we read the value once, as JSON, so it stays the string the "
+        "model wrote (the Qwen 3.8 template writes objects with tojson, never so)",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_content_with_xml_structural_tags_nonstreaming",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\ntest.py\n</parameter>\n"
+        "<parameter=content>\n" + VLLM_XML_TAGS_IN_CONTENT + "</parameter>\n</function>\n"
+        "</tool_call>\n",
+        (
+            ToolCall(
+                "write_file",
+                {"path": "test.py", "content": VLLM_XML_TAGS_IN_CONTENT.rstrip("\n")},
+            ),
+        ),
+        None,
+        WRITE_FILE_TOOLS,
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_content_with_param_like_lines_nonstreaming",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\ntest_template.py\n</parameter>\n"
+        '<parameter=content>\nTOOL_CALL_TEMPLATE = """\n</parameter>\n<parameter=new_string>\n'
+        '#!/usr/bin/env python3\n</parameter>\n"""\n</parameter>\n</function>\n</tool_call>\n',
+        (
+            ToolCall(
+                "write_file",
+                {
+                    "path": "test_template.py",
+                    "content": 'TOOL_CALL_TEMPLATE = """',
+                    "new_string": '#!/usr/bin/env python3\n</parameter>\n"""',
+                },
+            ),
+        ),
+        None,
+        WRITE_FILE_TOOLS,
+        differs="vLLM keeps the line-start </parameter> + <parameter=new_string> inside "
+        "content because write_file declares no new_string; we read the structure first, "
+        "whatever the name: content ends there and new_string is an undeclared parameter "
+        "(ToolCall.undeclared names it, so a host can refuse the call)",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_content_with_real_param_name_literal_nonstreaming",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\nfixture.py\n</parameter>\n"
+        '<parameter=content>\ndoc = """\n<parameter=path>\nliteral/value\n</parameter>\n'
+        '"""\n</parameter>\n</function>\n</tool_call>',
+        ParseError,
+        None,
+        WRITE_FILE_TOOLS,
+        differs="vLLM keeps the embedded <parameter=path> … </parameter> inside content; read "
+        "as structure it gives path a second, different value, so we raise ParseError "
+        "naming both (never a silent pick)",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_content_with_full_nested_tool_call_nonstreaming",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\nfixture.py\n</parameter>\n"
+        "<parameter=content>\n" + VLLM_FULL_NESTED_CALL + "</parameter>\n</function>\n"
+        "</tool_call>",
+        (
+            ToolCall(
+                "write_file",
+                {"path": "fixture.py", "content": VLLM_FULL_NESTED_CALL.rstrip("\n")},
+            ),
+        ),
+        None,
+        WRITE_FILE_TOOLS,
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_two_tools_second_with_out_of_schema_nested_literal_nonstreaming",
+        "<tool_call>\n<function=foo>\n<parameter=bar>baz</parameter>\n</function>\n"
+        "</tool_call>\n\n<tool_call>\n<function=write_file>\n<parameter=path>\nfixture.py\n"
+        "</parameter>\n<parameter=content>\n"
+        + VLLM_OUT_OF_SCHEMA_NESTED
+        + "</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall("foo", {"bar": "baz"}),
+            ToolCall(
+                "write_file",
+                {"path": "fixture.py", "content": VLLM_OUT_OF_SCHEMA_NESTED.rstrip("\n")},
+            ),
+        ),
+        None,
+        WRITE_FILE_TOOLS,
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_array_with_json_bool",
+        '<tool_call>\n<function=pick>\n<parameter=items>\n["a", "b", 1, true]\n</parameter>\n'
+        "</function>\n</tool_call>",
+        (ToolCall("pick", {"items": ["a", "b", 1, True]}),),
+        None,
+        [tool("pick", items="array")],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_two_tool_calls_in_one_streaming_chunk",
+        VLLM_TWO_CALLS,
+        (ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "London"})),
+        None,
+        [tool("get_weather", city="string")],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_streaming_two_tool_calls_plus_trailing_text_one_delta",
+        VLLM_TWO_CALLS + "\nAll done!",
+        (ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "London"})),
+        "All done!",
+        [tool("get_weather", city="string")],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_streaming_trailing_text_with_final_close_in_same_delta",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>"
+        "\n</tool_call>\nI hope this helps!",
+        (ToolCall("get_weather", {"city": "Paris"}),),
+        "I hope this helps!",
+        [tool("get_weather", city="string")],
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_python_none_value_for_nullable_int",
+        "<tool_call>\n<function=set_count>\n<parameter=count>None</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("set_count", {"count": "None"}),),
+        None,
+        [tool("set_count", count={"anyOf": [{"type": "integer"}, {"type": "null"}]})],
+        differs="vLLM reads Python's None as null (the Qwen 3.5 template wrote null arguments "
+        "so); the Qwen 3.8 template writes them with tojson as null, so we keep the "
+        "string 'None' the model wrote",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_jinja_template_phantom_tool_call_is_rejected_nonstreaming",
+        "<tool_call>\n<function={{ tc.name }}>\n<parameter={{ k }}>\n{{ v }}\n</parameter>\n"
+        "</function>\n</tool_call>\n\n<tool_call>\n<function=write_file>\n"
+        "<parameter=path>\nout.txt\n</parameter>\n<parameter=content>\nhello\n</parameter>\n"
+        "</function>\n</tool_call>",
+        ParseError,
+        None,
+        WRITE_FILE_TOOLS,
+        differs="vLLM drops the call named '{{ tc.name }}' and dispatches write_file; a name "
+        "the format cannot carry makes the turn a ParseError here (nothing dropped silently)",
+    ),
+    Case(
+        VLLM_SHARED,
+        "test_inline_empty_tool_call_preserves_content_before_real_call",
+        "I'll show: <tool_call>example</tool_call>. Now real:\n<tool_call>\n<function=log>\n"
+        "<parameter=msg>\nhi\n</parameter>\n</function>\n</tool_call>",
+        ParseError,
+        None,
+        [tool("log", msg="string")],
+        differs="vLLM keeps the text around the empty span as content and runs log; a closed "
+        "<tool_call> span that holds no call is a ParseError here",
+    ),
+    *[
+        Case(
+            VLLM_SHARED,
+            f"test_anyof_string_null_with_null_literal_returns_none[{literal}]",
+            f"<tool_call>\n<function=set_value>\n<parameter=optional>{literal}</parameter>\n"
+            "</function>\n</tool_call>",
+            (ToolCall("set_value", {"optional": ours}),),
+            None,
+            [tool("set_value", optional={"anyOf": [{"type": "string"}, {"type": "null"}]})],
+            differs=differs,
+        )
+        for literal, ours, differs in (
+            ("null", None, ""),
+            (
+                "None",
+                "None",
+                "vLLM reads Python's None as null; the Qwen 3.8 template writes null "
+                "arguments with tojson as null, so for a string-or-null schema we keep the "
+                "string 'None' the model wrote",
+            ),
+        )
+    ],
     # ---- SGLang
     Case(
         SGLANG, "plain_text", "This is plain text test", (), "This is plain text test", SGLANG_TOOLS
