@@ -23,6 +23,7 @@ VLLM = "vllm-project/vllm tests/tool_parsers/test_qwen3coder_tool_parser.py"
 VLLM_SHARED = "vllm-project/vllm tests/tool_parsers/test_qwen3_xml_coder_shared.py"
 SGLANG = "sgl-project/sglang test/registered/function_call/test_qwen3_coder_detector/test_cases.py"
 SGLANG_UNIT = "sglang test_qwen3_coder_detector (TestQwen3CoderDetector, unit tests)"
+SGLANG_SRT = "sgl-project/sglang test/srt/test_function_call_parser.py (TestQwen3CoderDetector)"
 SGLANG_END = "sglang TestQwen3CoderDetectorMalformedParameterEnd"
 OLLAMA = "ollama/ollama model/parsers/qwen3coder_test.go"
 LLAMA = "llama.cpp tests/chat-parsers/test-qwen3-coder-xml.cpp (test-chat split, ochafik/llama.cpp)"
@@ -727,6 +728,323 @@ CASES = [
         (ToolCall("get_weather", {"city": "a <b>tag</b> city", "days": 3}),),
         None,
         SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG,
+        "single_tool_call_with_text",
+        "Text prefix + tool call test\n\n<function=get_current_weather>\n"
+        "<parameter=location>Boston</parameter>\n<parameter=unit>celsius</parameter>\n"
+        "<parameter=days>3</parameter>\n</function>",
+        (ToolCall("get_current_weather", {"location": "Boston", "unit": "celsius", "days": 3}),),
+        "Text prefix + tool call test",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG,
+        "random_fragmentation",
+        "Text prefix + random fragmentation stress test\n\n<function=get_current_weather>\n"
+        "<parameter=location>San Francisco</parameter>\n</function>",
+        (ToolCall("get_current_weather", {"location": "San Francisco"}),),
+        "Text prefix + random fragmentation stress test",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_plain_text_only",
+        "This is plain text without any tool calls.",
+        (),
+        "This is plain text without any tool calls.",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_single_tool_call",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=location>Boston</parameter>\n"
+        "<parameter=unit>celsius</parameter>\n<parameter=days>3</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("get_current_weather", {"location": "Boston", "unit": "celsius", "days": 3}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_single_tool_call_with_text_prefix",
+        "Let me check the weather for you.\n\n<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=location>New York</parameter>\n</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"location": "New York"}),),
+        "Let me check the weather for you.",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_streaming_single_tool_call",
+        "<tool_call><function=get_current_weather><parameter=location>Boston</parameter>"
+        "<parameter=unit>celsius</parameter></function></tool_call>",
+        (ToolCall("get_current_weather", {"location": "Boston", "unit": "celsius"}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_streaming_with_text_and_tool",
+        "Let me help you.\n\n<tool_call><function=get_current_weather>"
+        "<parameter=location>Paris</parameter></function></tool_call>",
+        (ToolCall("get_current_weather", {"location": "Paris"}),),
+        "Let me help you.",
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_integer_parameter_conversion",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=location>Tokyo</parameter>\n"
+        "<parameter=days>5</parameter>\n</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"location": "Tokyo", "days": 5}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_boolean_parameter_conversion",
+        "<tool_call>\n<function=sql_interpreter>\n<parameter=query>SELECT 1</parameter>\n"
+        "<parameter=dry_run>True</parameter>\n</function>\n</tool_call>",
+        (ToolCall("sql_interpreter", {"query": "SELECT 1", "dry_run": True}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_complex_array_parameter",
+        "<tool_call>\n<function=TodoWrite>\n<parameter=todos>\n[\n"
+        '  {"content": "Buy groceries", "status": "pending"},\n'
+        '  {"content": "Finish report", "status": "completed"}\n]\n</parameter>\n'
+        "</function>\n</tool_call>",
+        (
+            ToolCall(
+                "TodoWrite",
+                {
+                    "todos": [
+                        {"content": "Buy groceries", "status": "pending"},
+                        {"content": "Finish report", "status": "completed"},
+                    ]
+                },
+            ),
+        ),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_anyof_array_parameter_conversion",
+        '<tool_call>\n<function=get_current_time>\n<parameter=cities>\n["NYC"]\n</parameter>\n'
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_time", {"cities": ["NYC"]}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_streaming_anyof_array_parameter_conversion",
+        '<tool_call><function=get_current_time><parameter=cities>["NYC"]</parameter>'
+        "</function></tool_call>",
+        (ToolCall("get_current_time", {"cities": ["NYC"]}),),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_parameter_with_special_characters",
+        "<tool_call>\n<function=sql_interpreter>\n"
+        "<parameter=query>SELECT * FROM users WHERE name = 'John \"Doe\"'</parameter>\n"
+        "</function>\n</tool_call>",
+        (
+            ToolCall(
+                "sql_interpreter", {"query": "SELECT * FROM users WHERE name = 'John \"Doe\"'"}
+            ),
+        ),
+        None,
+        SGLANG_TOOLS,
+    ),
+    Case(
+        SGLANG_UNIT,
+        "test_nested_anyof_array_with_multiple_types_parameter_conversion",
+        "<tool_call>\n<function=process_optional_list>\n"
+        '<parameter=optional_items_to_process>\n[true, null, {"enabled": false}]\n'
+        "</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "process_optional_list",
+                {"optional_items_to_process": [True, None, {"enabled": False}]},
+            ),
+        ),
+        None,
+        [
+            tool(
+                "process_optional_list",
+                optional_items_to_process={
+                    "anyOf": [
+                        {
+                            "anyOf": [
+                                {"type": "null"},
+                                {"anyOf": [{"type": "array", "items": {}}, {"type": "null"}]},
+                            ]
+                        },
+                        {"type": "null"},
+                    ],
+                    "default": None,
+                },
+            )
+        ],
+    ),
+    # ---- SGLang's older Qwen3-Coder class (test/srt), written on vLLM's cases
+    Case(
+        SGLANG_SRT,
+        "test_detect_and_parse_no_tools",
+        "This is a test response without any tool calls",
+        (),
+        "This is a test response without any tool calls",
+    ),
+    Case(
+        SGLANG_SRT, "test_detect_and_parse_single_tool", WEATHER_DALLAS, (DALLAS,), None, VLLM_TOOLS
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_detect_and_parse_with_content",
+        "Sure! Let me check the weather for you." + WEATHER_DALLAS,
+        (DALLAS,),
+        "Sure! Let me check the weather for you.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_detect_and_parse_multiline_param",
+        "<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
+        '<parameter=dimensions>\n{"width": 10,\n "height": 20}\n</parameter>\n'
+        "<parameter=precision>\n2\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "calculate_area",
+                {"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2},
+            ),
+        ),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_detect_and_parse_parallel_tools",
+        WEATHER_DALLAS + "\n" + WEATHER_DALLAS.replace("Dallas", "Orlando").replace("TX", "FL"),
+        (
+            DALLAS,
+            ToolCall(
+                "get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"}
+            ),
+        ),
+        None,
+        VLLM_TOOLS,
+        differs="SGLang returns the newline between the two calls as normal_text ('\\n'); "
+        "content here is trimmed, so whitespace alone between calls is no content (None)",
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_parse_streaming_simple",
+        "Sure! Let me check the weather.<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "Sure! Let me check the weather.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_parse_streaming_incomplete (completed)",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
+        "<parameter=state>\nTX\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_edge_case_no_parameters",
+        "<tool_call>\n<function=get_current_weather>\n</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {}),),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_edge_case_special_chars_in_value",
+        "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas->TX\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"city": "Dallas->TX"}),),
+        None,
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_extract_tool_calls_type_conversion",
+        "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
+        "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n"
+        "</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n"
+        '<parameter=obj_param>\n{"key": "value"}\n</parameter>\n</function>\n</tool_call>',
+        (
+            ToolCall(
+                "test_types",
+                {
+                    "int_param": 42,
+                    "float_param": 3.14,
+                    "bool_param": True,
+                    "str_param": "hello world",
+                    "obj_param": {"key": "value"},
+                },
+            ),
+        ),
+        None,
+        [
+            tool(
+                "test_types",
+                int_param="integer",
+                float_param="float",
+                bool_param="boolean",
+                str_param="string",
+                obj_param="object",
+            )
+        ],
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_parse_streaming_incremental",
+        "I'll check the weather.<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "I'll check the weather.",
+        VLLM_TOOLS,
+    ),
+    Case(
+        SGLANG_SRT,
+        "test_parse_streaming_multiple_tools",
+        "<tool_call>\n        <function=get_current_weather>\n        <parameter=city>\n"
+        "        Dallas\n        </parameter>\n        <parameter=state>\n        TX\n"
+        "        </parameter>\n        </function>\n        </tool_call>\n"
+        "        Some text in between.\n        <tool_call>\n        <function=calculate_area>\n"
+        "        <parameter=shape>\n        circle\n        </parameter>\n"
+        '        <parameter=dimensions>\n        {"radius": 5}\n        </parameter>\n'
+        "        </function>\n        </tool_call>",
+        (
+            ToolCall(
+                "get_current_weather",
+                {"city": "        Dallas\n        ", "state": "        TX\n        "},
+            ),
+            ToolCall(
+                "calculate_area", {"shape": "        circle\n        ", "dimensions": {"radius": 5}}
+            ),
+        ),
+        "Some text in between.",
+        VLLM_TOOLS,
+        differs="SGLang trims all whitespace around a value (city = 'Dallas', shape = 'circle'); "
+        "we strip exactly the template's one leading and one trailing newline, so a string "
+        "keeps the indentation the model wrote (typed values are read with it trimmed)",
     ),
     # ---- Ollama (TestQwenToolParser: raw calls, here wrapped in their <tool_call>)
     Case(
