@@ -26,6 +26,7 @@ SGLANG_UNIT = "sglang test_qwen3_coder_detector (TestQwen3CoderDetector, unit te
 SGLANG_SRT = "sgl-project/sglang test/srt/test_function_call_parser.py (TestQwen3CoderDetector)"
 SGLANG_END = "sglang TestQwen3CoderDetectorMalformedParameterEnd"
 OLLAMA = "ollama/ollama model/parsers/qwen3coder_test.go"
+LLAMA_UP = "ggml-org/llama.cpp tests/test-chat.cpp (test_template_output_peg_parsers, Qwen3.5-4B)"
 LLAMA = "llama.cpp tests/chat-parsers/test-qwen3-coder-xml.cpp (test-chat split, ochafik/llama.cpp)"
 
 
@@ -56,6 +57,28 @@ LLAMA_TOOLS = [
     tool("null_function", optional_param="null"),
     tool("math_function", negative="integer", decimal="number", scientific="number"),
 ]
+
+LLAMA_UP_TOOLS = [
+    tool("special_function", arg1="integer"),
+    tool("special_function_with_opt", arg1="integer", arg2="integer"),
+    tool("python", code="string"),
+    tool("edit", filename="string", oldString="string", newString="string"),
+    tool("run_in_terminal", command="string"),
+    tool("manage_todo_list", todos="array"),
+    tool("empty_args"),
+    {
+        "type": "function",
+        "function": {"name": "empty_args_no_props", "parameters": {"type": "object"}},
+    },
+]
+LLAMA_SPECIAL_CALL = (
+    "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
+    "</tool_call>"
+)
+LLAMA_PWD_CALL = (
+    "<tool_call>\n<function=run_in_terminal>\n<parameter=command>\npwd\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
 
 WEATHER_DALLAS = (
     "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
@@ -99,6 +122,8 @@ class Case:
     content: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     differs: str = ""  # our reading where it differs from the peer's (README lists it)
+    thinking: bool = False  # the prompt's primer left the reasoning span open
+    reasoning: str | None = None
 
 
 CASES = [
@@ -1214,6 +1239,214 @@ CASES = [
         None,
         LLAMA_TOOLS,
     ),
+    # ---- llama.cpp upstream: the Qwen3.5-4B template's cases (the Qwen 3.5+ XML format)
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: reasoning and content (AUTO, thinking)",
+        "I'm\nthinking\n</think>\n\nHello, world!\nWhat's up?",
+        (),
+        "Hello, world!\nWhat's up?",
+        LLAMA_UP_TOOLS,
+        thinking=True,
+        reasoning="I'm\nthinking",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: message_assist_call (thinking off)",
+        LLAMA_SPECIAL_CALL,
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: message_assist_call_thoughts",
+        "I'm\nthinking\n</think>\n\n" + LLAMA_SPECIAL_CALL,
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+        reasoning="I'm\nthinking",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: parallel special_function, special_function_with_opt",
+        LLAMA_SPECIAL_CALL + "\n<tool_call>\n<function=special_function_with_opt>\n"
+        "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n"
+        "</tool_call>",
+        (
+            ToolCall("special_function", {"arg1": 1}),
+            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
+        ),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: python code with a blank line",
+        "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n"
+        '    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>',
+        (ToolCall("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'}),),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: edit (filename, oldString, newString)",
+        "<tool_call>\n<function=edit>\n<parameter=filename>\nfoo.c\n</parameter>\n"
+        "<parameter=oldString>\n#iclunde\n</parameter>\n<parameter=newString>\n#include\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "edit", {"filename": "foo.c", "oldString": "#iclunde", "newString": "#include"}
+            ),
+        ),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: a value that ends in a newline keeps it",
+        "<tool_call>\n<function=edit>\n<parameter=filename>\nfoo.c\n</parameter>\n"
+        "<parameter=oldString>\n#iclunde\n</parameter>\n<parameter=newString>\n#include\n\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "edit", {"filename": "foo.c", "oldString": "#iclunde", "newString": "#include\n"}
+            ),
+        ),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: code that starts with indent",
+        "<tool_call>\n<function=python>\n<parameter=code>\n"
+        '    print("Hello, world!")\n</parameter>\n</function>\n</tool_call>',
+        (ToolCall("python", {"code": '    print("Hello, world!")'}),),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: json_schema output after reasoning",
+        'I need to output the invoice details in JSON\n</think>\n\n{"amount": 123.45, '
+        '"date": "2025-12-03"}',
+        (),
+        '{"amount": 123.45, "date": "2025-12-03"}',
+        thinking=True,
+        reasoning="I need to output the invoice details in JSON",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: a tool call ends the prefilled thinking block",
+        LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: ...including after the model has thought about it",
+        "Need to inspect the current directory.\n" + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+        reasoning="Need to inspect the current directory.",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: no args tool",
+        "<tool_call>\n<function=empty_args>\n</function>\n</tool_call>",
+        (ToolCall("empty_args", {}),),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: no args tool with no properties defined",
+        "<tool_call>\n<function=empty_args_no_props>\n</function>\n</tool_call>",
+        (ToolCall("empty_args_no_props", {}),),
+        None,
+        LLAMA_UP_TOOLS,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: <think> written again after the primer",
+        "<think>\n\n</think>\n\n" + LLAMA_SPECIAL_CALL,
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_UP_TOOLS,
+        differs="llama.cpp keeps the repeated <think> as reasoning text ('<think>\\n\\n'); "
+        "we read a leading <think> as the marker, so the reasoning is empty (None)",
+        thinking=True,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: </think> alone, then a call",
+        "</think>\n\n" + LLAMA_SPECIAL_CALL,
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: </think> alone, then a run_in_terminal call",
+        "</think>\n\n" + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: </think>, content, then a call",
+        "</think>\n\nLet me inspect the current directory.\n" + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        "Let me inspect the current directory.",
+        LLAMA_UP_TOOLS,
+        differs="llama.cpp keeps the newline before <tool_call> in content "
+        "('Let me inspect the current directory.\\n'); content here is trimmed",
+        thinking=True,
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: reasoning, content, then a call",
+        "I should inspect the directory.\n</think>\n\nLet me inspect it now.\n" + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        "Let me inspect it now.",
+        LLAMA_UP_TOOLS,
+        differs="llama.cpp keeps the newline before <tool_call> in content "
+        "('Let me inspect it now.\\n'); content here is trimmed",
+        thinking=True,
+        reasoning="I should inspect the directory.",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: after a todo-list turn, reasoning then a call",
+        "I need to run a terminal command.\n</think>\n\n" + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        None,
+        LLAMA_UP_TOOLS,
+        thinking=True,
+        reasoning="I need to run a terminal command.",
+    ),
+    Case(
+        LLAMA_UP,
+        "Qwen3.5: after a todo-list turn, reasoning, content, then a call",
+        "I need to run a terminal command.\n</think>\n\nLet me inspect the current directory.\n"
+        + LLAMA_PWD_CALL,
+        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        "Let me inspect the current directory.",
+        LLAMA_UP_TOOLS,
+        differs="llama.cpp keeps the newline before <tool_call> in content "
+        "('Let me inspect the current directory.\\n'); content here is trimmed",
+        thinking=True,
+        reasoning="I need to run a terminal command.",
+    ),
 ]
 
 
@@ -1233,7 +1466,7 @@ def _streamed(chunks: list[Any], **kwargs: Any) -> Completion:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.source.split()[0]}::{c.test}" for c in CASES])
 def test_peer_case(case: Case) -> None:
-    kwargs: dict[str, Any] = {"tools": case.tools or None, "thinking": False}
+    kwargs: dict[str, Any] = {"tools": case.tools or None, "thinking": case.thinking}
     runs = {
         "batch": _outcome(lambda: parse_completion(case.text, **kwargs)),
         "chars": _outcome(lambda: _streamed(list(case.text), **kwargs)),
@@ -1248,6 +1481,7 @@ def test_peer_case(case: Case) -> None:
         assert isinstance(got, Completion), (how, case.source, case.test)
         assert got.tool_calls == case.calls, (how, case.source, case.test)
         assert got.content == case.content, (how, case.source, case.test)
+        assert got.reasoning == case.reasoning, (how, case.source, case.test)
 
 
 def test_every_difference_is_in_the_readme() -> None:
