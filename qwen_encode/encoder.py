@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import groupby, pairwise
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -36,10 +36,11 @@ from .conversation import Turn, surrogate_problem, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
 from .protocol import (
+    _RUN_MARKER,
+    _RUN_TEXT,
     Prompt,
     PromptPlan,
     ReasoningEffort,
-    Special,
     Text,
     TurnLayout,
     format_prompt,
@@ -641,83 +642,78 @@ class Encoder:
         return found.group() if found else None
 
     def _lay_out(self, prompt: Prompt, batch: _Batch, check_text: bool) -> None:
-        """Add ``prompt``'s markers and text runs to ``batch``, applying ``markers_in_text``."""
+        """Add ``prompt``'s markers and text runs to ``batch``, applying ``markers_in_text``.
+        The runs come made with the prompt (``format_prompt`` joins them as it renders; a
+        hand-made prompt's are made once, on first use): this runs for every run of every
+        prompt, so the common case is a few C-level calls."""
         if not isinstance(prompt, Prompt):
             raise PromptError(
                 f"expected a Prompt (from format_prompt), got {type(prompt).__name__}; "
                 "encode_messages takes message dicts",
                 field="prompt",
             )
-        # Grouped by type in C: a prompt has tens of segments, a batch tens of thousands.
-        for kind, group in groupby(prompt.segments, type):
-            if kind is Text:
-                self._add_run(list(group), batch, check_text)
-                continue
-            for segment in group:
-                if not isinstance(segment, Special):
-                    raise PromptError(
-                        f"expected Text or Special segments, got {type(segment).__name__}",
-                        field="prompt.segments",
-                    )
-                token = self._added_ids.get(segment.marker)
+        added = self._added_ids
+        slots = batch.slots
+        source, turns, trains = batch.source, batch.turn, batch.trained
+        for position, (kind, text, turn, trained, parts) in enumerate(prompt._layout()):
+            if kind == _RUN_TEXT:
+                if check_text and not text.isascii():
+                    self._check_run(prompt, position)
+                slot = slots.get(text)
+                if slot is None:
+                    slot = self._new_slot(prompt, position, text, batch)
+                if parts is None:
+                    source.append(slot)
+                    turns.append(turn)
+                    trains.append(trained)
+                    continue
+                # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header
+                # (not trained) joined to the content after it (trained) when no reasoning span
+                # separates them. One item per part, its length known once encoded.
+                for _, part_turn, part_trained in parts:
+                    source.append(slot)
+                    turns.append(part_turn)
+                    trains.append(part_trained)
+                starts = tuple(offset for offset, _, _ in parts)
+                batch.crossing.append((len(source) - len(parts), slot, starts))
+            elif kind == _RUN_MARKER:
+                token = added.get(text)
                 if token is None:
                     raise PromptError(
-                        f"{shown(segment.marker)} is not a token of this vocabulary",
-                        message_index=segment.turn if segment.turn >= 0 else None,
+                        f"{shown(text)} is not a token of this vocabulary",
+                        message_index=turn if turn >= 0 else None,
                         field="marker",
                     )
-                batch.source.append(-1 - token)
-                batch.turn.append(segment.turn)
-                batch.trained.append(segment.trained)
+                source.append(-1 - token)
+                turns.append(turn)
+                trains.append(trained)
+            else:
+                raise PromptError(
+                    f"expected Text or Special segments, got {text}", field="prompt.segments"
+                )
 
-    def _add_run(self, segments: list[Text], batch: _Batch, check_text: bool) -> None:
-        """Consecutive ``Text`` segments, encoded as one piece (see the module docstring). This
-        runs once per text run of every prompt: the common case (one owner, ASCII or clean
-        text, no marker spelled) stays a few C-level calls."""
-        first = segments[0]
-        turn, trained = first.turn, first.trained
-        if len(segments) == 1:
-            text = first.text
-            crossing = False
-        else:
-            text = "".join([s.text for s in segments])
-            crossing = any(s.turn != turn or s.trained != trained for s in segments)
-        if check_text and not text.isascii():
-            for segment in segments:
-                if problem := surrogate_problem(segment.text):
-                    raise PromptError(
-                        problem,
-                        message_index=segment.turn if segment.turn >= 0 else None,
-                        field=segment.field or "text",
-                    )
-        slot = batch.slots.get(text)
-        if slot is None:
-            literal = False
-            # The whole run is checked, not each segment: a tool name "<think" followed by the
-            # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
-            if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
-                if self.markers_in_text == "reject":
-                    raise self._rejection(segments, marker)
-                literal = True
-            slot = batch.slots[text] = len(batch.literal)
-            batch.literal.append(literal)
-        if not crossing:
-            batch.source.append(slot)
-            batch.turn.append(turn)
-            batch.trained.append(trained)
-            return
-        # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header (not
-        # trained) joined to the content after it (trained) when no reasoning span separates them.
-        starts: list[int] = []
-        at = 0
-        for segment in segments:
-            if not starts or (segment.turn, segment.trained) != (batch.turn[-1], batch.trained[-1]):
-                starts.append(at)
-                batch.source.append(slot)
-                batch.turn.append(segment.turn)
-                batch.trained.append(segment.trained)
-            at += len(segment.text)
-        batch.crossing.append((len(batch.source) - len(starts), slot, tuple(starts)))
+    @staticmethod
+    def _check_run(prompt: Prompt, position: int) -> None:
+        """Refuse a run holding a lone surrogate, naming the segment's turn and field."""
+        for text, turn, _, field in prompt._run_segs()[position]:
+            if problem := surrogate_problem(text):
+                raise PromptError(
+                    problem, message_index=turn if turn >= 0 else None, field=field or "text"
+                )
+
+    def _new_slot(self, prompt: Prompt, position: int, text: str, batch: _Batch) -> int:
+        """A slot for a run text new to the batch (each distinct text is encoded once)."""
+        literal = False
+        # The whole run is checked, not each segment: a tool name "<think" followed by the
+        # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
+        if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
+            if self.markers_in_text == "reject":
+                segments = [Text(*seg) for seg in prompt._run_segs()[position]]
+                raise self._rejection(segments, marker)
+            literal = True
+        slot = batch.slots[text] = len(batch.literal)
+        batch.literal.append(literal)
+        return slot
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:

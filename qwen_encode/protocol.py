@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from enum import Enum
-from functools import cached_property
 from typing import Any, TypeAlias
 
 from . import markers as mk
@@ -89,45 +90,194 @@ class Text:
 Segment: TypeAlias = Special | Text
 
 
-@dataclass(frozen=True)
+# The compact form a prompt is built in: one tuple per segment, ``(text, turn, trained, field)``,
+# with ``field`` the caller's field (str), None for protocol text, or ``_MARKER`` for a marker
+# (``text`` is then the marker). A tuple costs 0.04 µs to make, a frozen dataclass 0.8 µs: a short
+# row has ~60 segments, and building them as dataclasses was a quarter of rendering.
+_MARKER: Any = type("_MarkerField", (), {"__repr__": lambda self: "_MARKER"})()
+# ``field`` of an object in a hand-made prompt that is no segment (``text`` names its type).
+_BAD: Any = type("_BadField", (), {"__repr__": lambda self: "_BAD"})()
+_Seg: TypeAlias = tuple[str, int, bool, Any]
+# What the encoder lays out, made where the segments are made: one tuple per marker or text run
+# (the text between two markers, joined), ``(kind, text, turn, trained, parts, lo, hi)``. kind:
+# _RUN_MARKER, _RUN_TEXT, or _RUN_BAD (a hand-made segment that is neither Special nor Text; its
+# text names the type). ``parts``: None when every segment of a run has the run's (turn,
+# trained), else ``((offset, turn, trained), ...)`` where the owner changes. Runs hold no
+# segment positions, so the runs of fragments (a cached system turn, each turn) concatenate as
+# they are; the checks that need a run's segments (a refused marker, a lone surrogate) regroup
+# them (``Prompt._run_segs``).
+_RUN_MARKER, _RUN_TEXT, _RUN_BAD = 0, 1, 2
+_Run: TypeAlias = tuple[int, str, int, bool, Any]
+
+
+def _runs_of(segs: Sequence[_Seg]) -> list[_Run]:
+    """The markers and text runs of ``segs`` (see ``_Run``)."""
+    runs: list[_Run] = []
+    i, n = 0, len(segs)
+    while i < n:
+        text, turn, trained, field = segs[i]
+        if field is _MARKER or field is _BAD:
+            runs.append((_RUN_MARKER if field is _MARKER else _RUN_BAD, text, turn, trained, None))
+            i += 1
+            continue
+        j = i + 1
+        while j < n and (field := segs[j][3]) is not _MARKER and field is not _BAD:
+            j += 1
+        if j == i + 1:
+            runs.append((_RUN_TEXT, text, turn, trained, None))
+            i = j
+            continue
+        parts: list[tuple[int, int, bool]] = []
+        texts = []
+        at = 0
+        owner = None
+        for k in range(i, j):
+            piece, piece_turn, piece_trained, _ = segs[k]
+            if (piece_turn, piece_trained) != owner:
+                owner = (piece_turn, piece_trained)
+                parts.append((at, piece_turn, piece_trained))
+            texts.append(piece)
+            at += len(piece)
+        runs.append(
+            (_RUN_TEXT, "".join(texts), turn, trained, tuple(parts) if len(parts) > 1 else None)
+        )
+        i = j
+    return runs
+
+
+def _seg_of(segment: Any) -> _Seg | None:
+    """A public segment as a compact tuple; None for anything else."""
+    kind = type(segment)
+    if kind is Text:
+        return (segment.text, segment.turn, segment.trained, segment.field)
+    if kind is Special:
+        return (segment.marker, segment.turn, segment.trained, _MARKER)
+    return None
+
+
+def _segment_of(seg: _Seg) -> Segment:
+    text, turn, trained, field = seg
+    return Special(text, turn, trained) if field is _MARKER else Text(text, turn, trained, field)
+
+
 class Prompt:
-    """A rendered prompt: typed segments, and their concatenation as ``text``."""
+    """A rendered prompt: typed segments, and their concatenation as ``text``.
 
-    segments: tuple[Segment, ...]
+    ``Prompt(segments)`` wraps segments made by hand. ``format_prompt`` builds a prompt in a
+    compact form (tuples, and its text runs already joined for the encoder); ``segments`` is
+    then built from it on first access. Immutable; equal when the segments are."""
 
-    @cached_property
+    __slots__ = ("_runs", "_segments", "_segs", "_text")
+
+    def __init__(self, segments: tuple[Segment, ...]) -> None:
+        object.__setattr__(self, "_segments", segments)
+        object.__setattr__(self, "_segs", None)
+        object.__setattr__(self, "_runs", None)
+        object.__setattr__(self, "_text", None)
+
+    @classmethod
+    def _compact(cls, segs: Sequence[_Seg], runs: Sequence[_Run] | None = None) -> Prompt:
+        prompt = cls.__new__(cls)
+        object.__setattr__(prompt, "_segments", None)
+        object.__setattr__(prompt, "_segs", segs)
+        object.__setattr__(prompt, "_runs", runs)
+        object.__setattr__(prompt, "_text", None)
+        return prompt
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        segments = self._segments
+        if segments is None:
+            segments = tuple(map(_segment_of, self._segs))  # type: ignore[arg-type]
+            object.__setattr__(self, "_segments", segments)
+        return segments
+
+    @property
     def text(self) -> str:
-        return "".join(s.marker if isinstance(s, Special) else s.text for s in self.segments)
+        text = self._text
+        if text is None:
+            text = "".join([run[1] for run in self._layout() if run[0] != _RUN_BAD])
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def _compact_segs(self) -> Sequence[_Seg]:
+        segs = self._segs
+        if segs is None:
+            segs = [_seg_of(s) or (type(s).__name__, -1, False, _BAD) for s in self._segments]
+            object.__setattr__(self, "_segs", segs)
+        return segs
+
+    def _layout(self) -> Sequence[_Run]:
+        """The markers and text runs, in order (made once; see ``_Run``)."""
+        runs = self._runs
+        if runs is None:
+            # Made by hand, an object that is no segment is laid out in its place (_RUN_BAD), so
+            # the encoder refuses it in order, after any earlier problem of the prompt.
+            runs = _runs_of(self._compact_segs())
+            object.__setattr__(self, "_runs", runs)
+        return runs
+
+    def _run_segs(self) -> list[list[_Seg]]:
+        """Each run's segments, grouped as ``_runs_of`` groups them (for error paths)."""
+        groups: list[list[_Seg]] = []
+        boundary = True
+        for seg in self._compact_segs():
+            edge = seg[3] is _MARKER or seg[3] is _BAD
+            if edge or boundary:
+                groups.append([seg])
+            else:
+                groups[-1].append(seg)
+            boundary = edge
+        return groups
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Prompt):
+            return NotImplemented
+        return self.segments == other.segments
+
+    def __hash__(self) -> int:
+        return hash(self.segments)
+
+    def __repr__(self) -> str:
+        return f"Prompt(segments={self.segments!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Prompt, (self.segments,))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 class _Builder:
-    """Collects segments; ``turn`` and ``trained`` apply to the segments added next.
+    """Collects segments as compact tuples; ``turn`` and ``trained`` apply to the segments added
+    next.
 
     Consecutive protocol-authored texts are joined into one ``Text`` (the encoder joins text
     runs anyway; fewer, longer segments make rendering several times cheaper)."""
 
-    __slots__ = ("_pending", "_segments", "_trained", "_turn")
+    __slots__ = ("_pending", "_segs", "_trained", "_turn")
 
     def __init__(self) -> None:
-        self._segments: list[Segment] = []
+        self._segs: list[_Seg] = []
         self._pending: list[str] = []
         self._turn = -1
         self._trained = False
 
     def _flush(self) -> None:
-        if self._pending:
-            self._segments.append(Text("".join(self._pending), self._turn, self._trained))
-            self._pending.clear()
+        pending = self._pending
+        self._segs.append(
+            (pending[0] if len(pending) == 1 else "".join(pending), self._turn, self._trained, None)
+        )
+        pending.clear()
 
     @property
-    def segments(self) -> list[Segment]:
-        self._flush()
-        return self._segments
-
-    @segments.setter
-    def segments(self, segments: list[Segment]) -> None:
-        self._pending.clear()
-        self._segments = segments
+    def segs(self) -> list[_Seg]:
+        if self._pending:
+            self._flush()
+        return self._segs
 
     def begin(self, turn: int, trained: bool) -> None:
         """What the segments added from now on belong to."""
@@ -140,7 +290,7 @@ class _Builder:
         # the call itself was a tenth of rendering time.
         if self._pending:
             self._flush()
-        self._segments.append(Special(marker, self._turn, self._trained))
+        self._segs.append((marker, self._turn, self._trained, _MARKER))
 
     def text(self, text: str, field: str | None = None) -> None:
         if not text:
@@ -152,7 +302,7 @@ class _Builder:
             raise self.error(problem, field)
         if self._pending:
             self._flush()
-        self._segments.append(Text(text, self._turn, self._trained, field))
+        self._segs.append((text, self._turn, self._trained, field))
 
     def error(self, reason: str, field: str) -> PromptError:
         """A ``PromptError`` about ``field`` of the message being rendered."""
@@ -160,11 +310,9 @@ class _Builder:
             reason, message_index=self._turn if self._turn >= 0 else None, field=field
         )
 
-    def protocol(self, text: str) -> None:
-        """Protocol-authored text; the markers it spells (the tools block's example and reminder
-        spell ``<tool_call>``) are ``Special``, because tokenizing the template's output turns
-        them into the atomic IDs and that is what the model was trained on."""
-        for i, part in enumerate(_MARKER_SPLIT.split(text)):
+    def protocol(self, parts: tuple[str, ...]) -> None:
+        """Protocol-authored text, split at the markers it spells (``_protocol_parts``)."""
+        for i, part in enumerate(parts):
             if i % 2:
                 self.special(part)
             else:
@@ -172,16 +320,16 @@ class _Builder:
 
     def rstrip(self) -> None:
         """Drop trailing whitespace across trailing ``Text`` segments."""
-        segments = self.segments
-        while segments and isinstance(last := segments[-1], Text):
-            stripped = last.text.rstrip()
+        segs = self.segs
+        while segs and (last := segs[-1])[3] is not _MARKER:
+            stripped = last[0].rstrip()
             if stripped:
-                segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+                segs[-1] = (stripped, *last[1:])
                 return
-            segments.pop()
+            segs.pop()
 
     def prompt(self) -> Prompt:
-        return Prompt(tuple(self.segments))
+        return Prompt._compact(self.segs)
 
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
@@ -258,6 +406,17 @@ _TOOLS_TAIL = (
     "available, answer the question like normal with your current knowledge and do not tell the "
     "user about function calls\n</IMPORTANT>"
 )
+
+
+def _protocol_parts(text: str) -> tuple[str, ...]:
+    """``text`` split at the markers it spells: text, marker, text, ... (the tools block's
+    example and reminder spell ``<tool_call>``, and tokenizing the template's output turns them
+    into the atomic IDs the model was trained on)."""
+    return tuple(_MARKER_SPLIT.split(text))
+
+
+_TOOLS_HEAD_PARTS = _protocol_parts(_TOOLS_HEAD)
+_TOOLS_TAIL_PARTS = _protocol_parts(_TOOLS_TAIL)
 
 
 def _tojson(value: Any, field: str) -> str:
@@ -355,7 +514,7 @@ def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
         raise PromptError(error.reason, field=f"tool_call.{error.field}") from None
     b = _Builder()
     _tool_call_segments(b, call, "tool_call")
-    return b.prompt().text
+    return "".join([seg[0] for seg in b.segs])
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,11 +539,16 @@ def _content_segments(
     is_system: bool = False,
 ) -> None:
     """Render ``turn.content`` and trim it (template: ``render_content(...)|trim``)."""
-    start = len(b.segments)
+    start = len(b.segs)  # flushes pending protocol text, as the trim below needs
     content = turn.content
     if isinstance(content, str):
-        b.text(content, "content")
-    elif content is not None:
+        # One text: trimmed before it is added (checked whole first, so that a lone surrogate's
+        # offset is the caller's).
+        if not content.isascii() and (problem := surrogate_problem(content)):
+            raise b.error(problem, "content")
+        b.text(content.strip(), "content")
+        return
+    if content is not None:
         for j, block in enumerate(content):
             if isinstance(block, TextBlock):
                 b.text(block.text, f"content[{j}].text")
@@ -414,23 +578,23 @@ def _content_segments(
             b.special(mk.VISION_START)
             b.special(mk.IMAGE_PAD if image else mk.VIDEO_PAD)
             b.special(mk.VISION_END)
-    _trim(b.segments, start)
+    _trim(b.segs, start)
 
 
-def _trim(segments: list[Segment], start: int) -> None:
+def _trim(segs: list[_Seg], start: int) -> None:
     """Jinja ``trim`` (Python ``str.strip()``) over the segments from ``start`` on."""
-    while start < len(segments) and isinstance(first := segments[start], Text):
-        stripped = first.text.lstrip()
+    while start < len(segs) and (first := segs[start])[3] is not _MARKER:
+        stripped = first[0].lstrip()
         if stripped:
-            segments[start] = Text(stripped, first.turn, first.trained, first.field)
+            segs[start] = (stripped, *first[1:])
             break
-        del segments[start]
-    while len(segments) > start and isinstance(last := segments[-1], Text):
-        stripped = last.text.rstrip()
+        del segs[start]
+    while len(segs) > start and (last := segs[-1])[3] is not _MARKER:
+        stripped = last[0].rstrip()
         if stripped:
-            segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+            segs[-1] = (stripped, *last[1:])
             break
-        segments.pop()
+        segs.pop()
 
 
 def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bool:
@@ -442,7 +606,7 @@ def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bo
     b = _Builder()
     b.begin(index, False)
     _content_segments(b, turn, index, None, add_vision_id)
-    text = b.prompt().text
+    text = "".join([seg[0] for seg in b.segs])
     return text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)
 
 
@@ -472,11 +636,11 @@ def _assistant_segments(
         b.text("\n")
         b.special(mk.THINK_CLOSE)
         b.text("\n\n")
-    content_start = len(b.segments)
+    content_start = len(b.segs)
     _content_segments(b, turn, index, counter, add_vision_id)
     if open_end:
         return
-    has_content = len(b.segments) > content_start
+    has_content = len(b.segs) > content_start
     for j, call in enumerate(turn.tool_calls):
         # Template: '\n\n' before the first call only when the trimmed content is non-empty,
         # '\n' before every later one.
@@ -553,23 +717,24 @@ def _system_segments(
     content.begin(turn, False)
     if system is not None:
         _content_segments(content, system, index, None, add_vision_id, is_system=True)
-    if not (instruction or tool_lines or content.segments):
+    content_segs = content.segs
+    if not (instruction or tool_lines or content_segs):
         return
     b.special(mk.TURN_OPEN)
     b.text("system\n")
     if tool_lines:
         if instruction:
             b.text(instruction + "\n\n")
-        b.protocol(_TOOLS_HEAD)
+        b.protocol(_TOOLS_HEAD_PARTS)
         for i, line in enumerate(tool_lines):
             b.text("\n")
             b.text(line, f"tools[{i}]")
-        b.protocol(_TOOLS_TAIL)
-        if content.segments:
+        b.protocol(_TOOLS_TAIL_PARTS)
+        if content_segs:
             b.text("\n\n")
     elif instruction:
-        b.text(instruction + ("\n\n" if content.segments else ""))
-    b.segments.extend(content.segments)
+        b.text(instruction + ("\n\n" if content_segs else ""))
+    b.segs.extend(content_segs)
     b.special(mk.TURN_CLOSE)
     b.text("\n")
 
@@ -635,6 +800,133 @@ class PromptPlan:
     unchanged: int = 0
 
 
+class _Fragment:
+    """A rendered part of a prompt (a system turn, the primer) in compact form: its segments, its
+    runs, and the public segments once asked for."""
+
+    __slots__ = ("runs", "segments_", "segs", "size")
+
+    def __init__(self, segs: list[_Seg]) -> None:
+        self.segs = tuple(segs)
+        self.runs = tuple(_runs_of(segs))
+        self.segments_: tuple[Segment, ...] | None = None
+        self.size = sum(len(seg[0]) for seg in segs) + 64 * len(segs)  # bytes, roughly
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        if self.segments_ is None:
+            self.segments_ = tuple(map(_segment_of, self.segs))
+        return self.segments_
+
+
+class _RenderCache:
+    """Rendered system turns (tools block, reasoning instruction, system prompt) and primers,
+    keyed by everything they render from, least recently used out first, bounded in bytes of
+    text. What a data set repeats in every row is rendered once and is the same string object
+    every time, so the encoder's run cache finds it by a hash computed once."""
+
+    def __init__(self, limit: int) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], _Fragment] = OrderedDict()
+        self._lock = threading.Lock()  # format_prompt is called from a server's threads
+        self._bytes = 0
+        self.limit = limit
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...]) -> _Fragment | None:
+        with self._lock:
+            fragment = self._entries.get(key)
+            if fragment is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._entries.move_to_end(key)
+            return fragment
+
+    def put(self, key: tuple[Any, ...], fragment: _Fragment) -> None:
+        cost = fragment.size + sum(len(k) if isinstance(k, str) else 0 for k in key)
+        with self._lock:
+            if key in self._entries or cost > self.limit:
+                return
+            self._entries[key] = fragment
+            self._bytes += cost
+            while self._bytes > self.limit:
+                old_key, old = self._entries.popitem(last=False)
+                self._bytes -= old.size + sum(len(k) if isinstance(k, str) else 0 for k in old_key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+    def info(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "entries": len(self._entries),
+                "bytes": self._bytes,
+                "limit": self.limit,
+                "hits": self.hits,
+                "misses": self.misses,
+            }
+
+
+_RENDER_CACHE = _RenderCache(16 << 20)
+
+
+def render_cache_info() -> dict[str, int]:
+    """Entries, bytes (of text, roughly) and limit of the cache of rendered system turns and
+    primers, and its hits and misses since it was last cleared."""
+    return _RENDER_CACHE.info()
+
+
+def clear_render_cache() -> None:
+    """Forget the rendered system turns and primers (and the hit counts)."""
+    _RENDER_CACHE.clear()
+
+
+def _head_fragment(
+    system: Turn | None, instruction: str, tool_lines: list[str], add_vision_id: bool
+) -> _Fragment:
+    """The system turn (template lines 55-91), from the cache when its inputs are plain text."""
+    content = None if system is None else system.content
+    if content is not None and not isinstance(content, str):
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        return _Fragment(builder.segs)
+    # The system turn's text and its owner (message 0, or none) are all it renders from.
+    key = ("head", system is not None, content, instruction, add_vision_id, *tool_lines)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        fragment = _Fragment(builder.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
+
+
+def _tail_fragment(add_generation_prompt: bool, continuing: bool, thinking: bool) -> _Fragment:
+    key = ("tail", add_generation_prompt, continuing, thinking)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        tail = _Builder()
+        if add_generation_prompt and not continuing:
+            tail.special(mk.TURN_OPEN)
+            tail.text("assistant\n")
+            # The primer leaves the reasoning span open while thinking, and closes an empty one
+            # when thinking is off, so the model answers directly.
+            tail.special(mk.THINK_OPEN)
+            if thinking:
+                tail.text("\n")
+            else:
+                tail.text("\n\n")
+                tail.special(mk.THINK_CLOSE)
+                tail.text("\n\n")
+        fragment = _Fragment(tail.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
+
+
 def format_prompt(
     turns: Iterable[Turn | Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any] | str] | str | None = None,
@@ -653,21 +945,34 @@ def format_prompt(
     continue (then ``add_generation_prompt`` is ignored).
     """
     turns = turns_from_messages(turns)
-    plan = plan_prompt(
+    head, layouts, tail, _, _ = _plan(
         turns,
-        tools=tools,
-        enable_thinking=enable_thinking,
-        reasoning_effort=reasoning_effort,
-        preserve_thinking=preserve_thinking,
-        add_generation_prompt=add_generation_prompt,
-        add_vision_id=add_vision_id,
-        continue_final_message=continue_final_message,
+        tools,
+        enable_thinking,
+        reasoning_effort,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+        None,
     )
-    segments = list(plan.head)
-    for index, (turn, layout) in enumerate(zip(turns, plan.layouts, strict=True)):
-        segments.extend(render_turn(turn, index, layout, add_vision_id))
-    segments.extend(plan.tail)
-    return Prompt(tuple(segments))
+    assert head is not None
+    # Every turn into one builder: runs never cross a turn (each starts on a marker, or on text
+    # after the marker that ended the turn before), so the runs are made once for all of them.
+    b = _Builder()
+    for index, turn in enumerate(turns):
+        _render_into(b, turn, index, layouts[index], add_vision_id)
+    segs = b.segs
+    body = _runs_of(segs)
+    runs = [*head.runs, *body, *tail.runs]
+    if _joins_text(head.runs, body) or _joins_text(body, tail.runs):
+        runs = _runs_of([*head.segs, *segs, *tail.segs])  # never from format_prompt's layouts
+    return Prompt._compact([*head.segs, *segs, *tail.segs], runs)
+
+
+def _joins_text(before: Sequence[_Run], after: Sequence[_Run]) -> bool:
+    """Whether two run lists meet text to text (one run, which concatenation would split)."""
+    return bool(before and after and before[-1][0] == _RUN_TEXT and after[0][0] == _RUN_TEXT)
 
 
 def plan_prompt(
@@ -692,6 +997,40 @@ def plan_prompt(
     it and, with ``preserve_thinking=False``, the ``keep_reasoning`` of the turns since the last
     real query when it is a new one (each turn flips once: amortised constant).
     ``unchanged`` tells how many leading layouts are ``previous``'s."""
+    head, layouts, tail, last_query, unchanged = _plan(
+        turns,
+        tools,
+        enable_thinking,
+        reasoning_effort,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+        previous,
+    )
+    return PromptPlan(
+        head=previous.head if head is None else head.segments,  # type: ignore[union-attr]
+        layouts=tuple(layouts),
+        tail=tail.segments,
+        add_vision_id=add_vision_id,
+        last_query=last_query,
+        unchanged=unchanged,
+    )
+
+
+def _plan(
+    turns: Sequence[Turn],
+    tools: Sequence[Mapping[str, Any] | str] | str | None,
+    enable_thinking: bool,
+    reasoning_effort: ReasoningEffort | str | None,
+    preserve_thinking: bool,
+    add_generation_prompt: bool,
+    add_vision_id: bool,
+    continue_final_message: bool,
+    previous: PromptPlan | None,
+) -> tuple[_Fragment | None, list[TurnLayout], _Fragment, int, int]:
+    """``plan_prompt``'s work: the head (None when ``previous``'s is kept), the layouts, the
+    tail, the last real query and how many layouts are ``previous``'s."""
     for name, flag in (
         ("enable_thinking", enable_thinking),
         ("preserve_thinking", preserve_thinking),
@@ -727,21 +1066,15 @@ def plan_prompt(
             message_index=last,
         )
 
+    head: _Fragment | None = None
     if previous is None:
-        builder = _Builder()
         first = turns[0]
-        _system_segments(
-            builder,
-            first if first.role == "system" else None,
-            instruction,
-            tool_lines,
-            add_vision_id,
+        head = _head_fragment(
+            first if first.role == "system" else None, instruction, tool_lines, add_vision_id
         )
-        head = tuple(builder.segments)
         last_query = _last_query_index(turns, add_vision_id, continue_final_message)
         start = 0
     else:
-        head = previous.head
         last_query = _last_query_index(
             turns, add_vision_id, continue_final_message, stop=previous.last_query
         )
@@ -782,27 +1115,8 @@ def plan_prompt(
             images += sum(isinstance(block, ImageBlock) for block in turn.content)
             videos += sum(isinstance(block, VideoBlock) for block in turn.content)
 
-    tail = _Builder()
-    if add_generation_prompt and not continue_final_message:
-        tail.special(mk.TURN_OPEN)
-        tail.text("assistant\n")
-        # The primer leaves the reasoning span open while thinking, and closes an empty one when
-        # thinking is off, so the model answers directly.
-        tail.special(mk.THINK_OPEN)
-        if enable_thinking:
-            tail.text("\n")
-        else:
-            tail.text("\n\n")
-            tail.special(mk.THINK_CLOSE)
-            tail.text("\n\n")
-    return PromptPlan(
-        head=head,
-        layouts=tuple(layouts),
-        tail=tuple(tail.segments),
-        add_vision_id=add_vision_id,
-        last_query=last_query,
-        unchanged=start,
-    )
+    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
+    return head, layouts, tail, last_query, start
 
 
 def render_turn(
@@ -811,15 +1125,23 @@ def render_turn(
     """The segments of one turn in its conversation (a leading system message renders in the
     plan's head, so nothing here)."""
     b = _Builder()
+    _render_into(b, turn, index, layout, add_vision_id)
+    return tuple(map(_segment_of, b.segs))
+
+
+def _render_into(
+    b: _Builder, turn: Turn, index: int, layout: TurnLayout, add_vision_id: bool
+) -> None:
     counter = _VisionCounter()
     counter.images, counter.videos = layout.images_before, layout.videos_before
-    if turn.role == "user":
+    role = turn.role
+    if role == "user":
         _user_segments(b, turn, index, counter, add_vision_id, layout.open_end)
-    elif turn.role == "assistant":
+    elif role == "assistant":
         _assistant_segments(
             b, turn, index, layout.keep_reasoning, counter, add_vision_id, layout.open_end
         )
-    elif turn.role == "tool":
+    elif role == "tool":
         _tool_segments(
             b,
             turn,
@@ -834,7 +1156,6 @@ def render_turn(
         # transformers cuts the render where the final content ends and strips trailing
         # whitespace (so an empty final content also loses the '\n\n' after </think>).
         b.rstrip()
-    return tuple(b.segments)
 
 
 def _last_query_index(

@@ -832,7 +832,7 @@ def _short_rows(model: str, count: int, runs: int) -> None:
     if encoder.engine != "fastokens":
         print("\nshort rows: fastokens unavailable, skipped")
         return
-    clear_render = getattr(qe.protocol, "clear_cache", lambda: None)
+    clear_render = getattr(qe.protocol, "clear_render_cache", lambda: None)
 
     def clear() -> None:
         encoder.clear_cache()
