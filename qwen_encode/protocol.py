@@ -783,6 +783,28 @@ class TurnLayout:
     videos_before: int = 0
 
 
+_LAYOUTS: dict[tuple[bool, bool, bool, bool, int, int], TurnLayout] = {}
+
+
+def _turn_layout(
+    keep_reasoning: bool,
+    opens_turn: bool,
+    closes_turn: bool,
+    open_end: bool,
+    images_before: int,
+    videos_before: int,
+) -> TurnLayout:
+    """A ``TurnLayout``, made once per distinct value (a frozen dataclass costs ~1 µs to make,
+    and a conversation without images has at most 16 distinct layouts)."""
+    key = (keep_reasoning, opens_turn, closes_turn, open_end, images_before, videos_before)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = TurnLayout(*key)
+        if images_before == videos_before == 0:  # bounded: counts of images are not kept
+            _LAYOUTS[key] = layout
+    return layout
+
+
 @dataclass(frozen=True)
 class PromptPlan:
     """A conversation checked and laid out: the system turn (``head``), how each turn renders
@@ -957,17 +979,132 @@ def format_prompt(
         None,
     )
     assert head is not None
-    # Every turn into one builder: runs never cross a turn (each starts on a marker, or on text
-    # after the marker that ended the turn before), so the runs are made once for all of them.
-    b = _Builder()
+    # Runs never cross a turn (each starts on a marker, or on text after the marker that ended
+    # the turn before), so each turn's runs are made with it and the lists concatenate. The
+    # common shapes (text content, no tool calls) are written directly (_plain_*), the others
+    # through a builder.
+    segs: list[_Seg] = list(head.segs)
+    runs: list[_Run] = list(head.runs)
+    joined = True
     for index, turn in enumerate(turns):
-        _render_into(b, turn, index, layouts[index], add_vision_id)
-    segs = b.segs
-    body = _runs_of(segs)
-    runs = [*head.runs, *body, *tail.runs]
-    if _joins_text(head.runs, body) or _joins_text(body, tail.runs):
-        runs = _runs_of([*head.segs, *segs, *tail.segs])  # never from format_prompt's layouts
-    return Prompt._compact([*head.segs, *segs, *tail.segs], runs)
+        layout = layouts[index]
+        content = turn.content
+        if (content is None or type(content) is str) and not layout.open_end:
+            role = turn.role
+            if role == "user" and content is not None:
+                _plain_user(segs, runs, content, index)
+                continue
+            if role == "assistant" and not turn.tool_calls:
+                _plain_assistant(segs, runs, turn, index, layout.keep_reasoning)
+                continue
+            if role == "tool" and content is not None:
+                _plain_tool(segs, runs, content, index, layout)
+                continue
+        b = _Builder()
+        _render_into(b, turn, index, layout, add_vision_id)
+        turn_runs = _runs_of(b.segs)
+        joined = joined and not _joins_text(runs, turn_runs)
+        segs += b.segs
+        runs += turn_runs
+    joined = joined and not _joins_text(runs, tail.runs)
+    segs += tail.segs
+    runs += tail.runs
+    return Prompt._compact(segs, runs if joined else _runs_of(segs))
+
+
+def _checked(text: str, index: int, field: str) -> str:
+    if not text.isascii() and (problem := surrogate_problem(text)):
+        raise PromptError(problem, message_index=index, field=field)
+    return text
+
+
+# The _plain_* renderers write what the builder writes for the same turn (the same segments,
+# protocol text joined the same way, empty caller text left out), and the runs _runs_of makes of
+# them; test_protocol checks them against the builder on every shape they take.
+
+
+def _plain_user(segs: list[_Seg], runs: list[_Run], content: str, i: int) -> None:
+    text = _checked(content, i, "content").strip()
+    segs.append((mk.TURN_OPEN, i, False, _MARKER))
+    segs.append(("user\n", i, False, None))
+    if text:
+        segs.append((text, i, False, "content"))
+    segs.append((mk.TURN_CLOSE, i, False, _MARKER))
+    segs.append(("\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    runs.append((_RUN_TEXT, "user\n" + text, i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, False, None))
+    runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_assistant(
+    segs: list[_Seg], runs: list[_Run], turn: Turn, i: int, keep_reasoning: bool
+) -> None:
+    # Checked in the template's order: the reasoning span renders before the content.
+    if keep_reasoning:
+        reasoning = _checked((turn.reasoning or "").strip(), i, "reasoning_content")
+    content = turn.content
+    text = "" if content is None else _checked(content, i, "content").strip()
+    segs.append((mk.TURN_OPEN, i, False, _MARKER))
+    segs.append(("assistant\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    if keep_reasoning:
+        # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
+        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+        segs.append((mk.THINK_OPEN, i, True, _MARKER))
+        runs.append((_RUN_MARKER, mk.THINK_OPEN, i, True, None))
+        if reasoning:
+            segs.append(("\n", i, True, None))
+            segs.append((reasoning, i, True, "reasoning_content"))
+            segs.append(("\n", i, True, None))
+            runs.append((_RUN_TEXT, "\n" + reasoning + "\n", i, True, None))
+        else:
+            segs.append(("\n\n", i, True, None))
+            runs.append((_RUN_TEXT, "\n\n", i, True, None))
+        segs.append((mk.THINK_CLOSE, i, True, _MARKER))
+        segs.append(("\n\n", i, True, None))
+        runs.append((_RUN_MARKER, mk.THINK_CLOSE, i, True, None))
+        runs.append((_RUN_TEXT, "\n\n" + text, i, True, None))
+    elif text:
+        # The header (not trained) and the content (trained) are one run of two parts.
+        runs.append((_RUN_TEXT, "assistant\n" + text, i, False, ((0, i, False), (10, i, True))))
+    else:
+        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+    if text:
+        segs.append((text, i, True, "content"))
+    segs.append((mk.TURN_CLOSE, i, True, _MARKER))
+    segs.append(("\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, True, None))
+    runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_tool(
+    segs: list[_Seg], runs: list[_Run], content: str, i: int, layout: TurnLayout
+) -> None:
+    # Template lines 160-172 (see _tool_segments).
+    text = _checked(content, i, "content").strip()
+    if layout.opens_turn:
+        segs.append((mk.TURN_OPEN, i, False, _MARKER))
+        segs.append(("user\n", i, False, None))
+        runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+        runs.append((_RUN_TEXT, "user\n", i, False, None))
+    else:
+        segs.append(("\n", i, False, None))
+        runs.append((_RUN_TEXT, "\n", i, False, None))
+    segs.append((mk.TOOL_RESPONSE_OPEN, i, False, _MARKER))
+    segs.append(("\n", i, False, None))
+    if text:
+        segs.append((text, i, False, "content"))
+    segs.append(("\n", i, False, None))
+    segs.append((mk.TOOL_RESPONSE_CLOSE, i, False, _MARKER))
+    runs.append((_RUN_MARKER, mk.TOOL_RESPONSE_OPEN, i, False, None))
+    runs.append((_RUN_TEXT, "\n" + text + "\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TOOL_RESPONSE_CLOSE, i, False, None))
+    if layout.closes_turn:
+        segs.append((mk.TURN_CLOSE, i, False, _MARKER))
+        segs.append(("\n", i, False, None))
+        runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, False, None))
+        runs.append((_RUN_TEXT, "\n", i, False, None))
 
 
 def _joins_text(before: Sequence[_Run], after: Sequence[_Run]) -> bool:
@@ -1102,13 +1239,13 @@ def _plan(
                 message_index=index,
             )
         layouts.append(
-            TurnLayout(
-                keep_reasoning=preserve_thinking or index > last_query,
-                opens_turn=before != "tool",
-                closes_turn=index == last or turns[index + 1].role != "tool",
-                open_end=continue_final_message and index == last,
-                images_before=images,
-                videos_before=videos,
+            _turn_layout(
+                preserve_thinking or index > last_query,
+                before != "tool",
+                index == last or turns[index + 1].role != "tool",
+                continue_final_message and index == last,
+                images,
+                videos,
             )
         )
         if isinstance(turn.content, tuple):
