@@ -79,13 +79,26 @@ _CHAT_OPTIONS = frozenset(
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
 # alignments), pieces take time and memory linear in the text, and run in parallel.
 _PIECE_CHARS = 1 << 16
-# Where a run may be cut without changing its IDs: right after a "\n" that is followed by a
-# letter or digit. With the Qwen pre-tokenizer below, no pre-token crosses such a point (the
-# letter run's optional prefix excludes \r\n; every whitespace alternative ends before a
-# non-space), its regex has no look-behind and its one look-ahead (?!\S) sees a letter both
-# ways; NFC never composes across a "\n"; and no added token holds "\n". tests/test_encoder_
-# pieces.py checks every one of the 133,547 such characters, and cut against uncut encoding.
-_SAFE_CUT = re.compile(r"\n(?=[^\W_])")
+# Where a run may be cut without changing its IDs. Two kinds of point, each a place where the
+# Qwen pre-tokenizer below (regex split, then byte-level BPE inside each pre-token) ends one
+# pre-token and starts the next whether it sees the whole text, the text before the point alone
+# or the text after it alone:
+# 1. Right after a "\n" followed by spaces or tabs (or nothing) and then a non-space: whichever
+#    alternative takes that "\n" (`\s*[\r\n]+`, or a punctuation run's `[\r\n]*`) ends after
+#    the last newline of its whitespace run, which this one is; alone, the text before ends
+#    there too. (Lines of code indented by spaces, lines starting with a letter or digit.)
+# 2. Between a letter or number and one of _CUT_BEFORE (ASCII space, control and punctuation
+#    characters that no added token holds): a letter run (`[\p{L}\p{M}]+` or `\p{L}+`) and a
+#    number (`\p{N}`, one character) end before any of them, and a contraction ends on its
+#    letter. (Words separated by spaces, minified JSON, one long line.)
+# Either way no alternative needs to look past the point to end there: the regex has no
+# look-behind, and its one look-ahead (`\s+(?!\S)`) only belongs to whitespace runs that end
+# before a non-space. NFC never composes or reorders across a "\n" or before an ASCII character;
+# no added token holds "\n" or a _CUT_BEFORE character, so none spans a cut.
+# tests/test_encoder_pieces.py checks every character each rule admits, cut against uncut, on
+# both Qwen pre-tokenizer patterns.
+_CUT_BEFORE = " \t\r\n!\"#$%&'()*+,-.:;=?@[\\]^`{}~"
+_SAFE_CUT = re.compile(r"\n(?=[ \t]*[^\s])|(?<=[^\W_])(?=[" + re.escape(_CUT_BEFORE) + "])")
 # The pre-tokenizers (Split regex + ByteLevel) for which that argument is made: Qwen 3.5-3.8 and
 # Qwen 2-3. Any other vocabulary is encoded uncut.
 _CUTTABLE_PATTERNS = frozenset(
@@ -119,7 +132,9 @@ def _cuttable(tokenizer: Tokenizer, added: Iterable[str]) -> bool:
         pre = json.loads(tokenizer.pre_tokenizer.__getstate__())
     except Exception:
         return False
-    if normalizer not in (None, {"type": "NFC"}) or any("\n" in token for token in added):
+    if normalizer not in (None, {"type": "NFC"}) or any(
+        char in token for token in added for char in _CUT_BEFORE
+    ):
         return False
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     if not isinstance(steps, list) or len(steps) != 2:
@@ -146,7 +161,7 @@ def _pieces(text: str) -> list[str]:
         if cut is None:
             break
         pieces.append(text[start : cut.end()])
-        start = cut.end()
+        start = cut.end()  # the match is empty (rule 2) or the "\n" (rule 1): cut after it
     pieces.append(text[start:])
     return pieces
 
@@ -655,6 +670,8 @@ class Encoder:
         added = self._added_ids
         slots = batch.slots
         source, turns, trains = batch.source, batch.turn, batch.trained
+        # Bound once: three appends per run, ~30 runs per short row.
+        add_source, add_turn, add_trained = source.append, turns.append, trains.append
         for position, (kind, text, turn, trained, parts) in enumerate(prompt._layout()):
             if kind == _RUN_TEXT:
                 if check_text and not text.isascii():
@@ -663,9 +680,9 @@ class Encoder:
                 if slot is None:
                     slot = self._new_slot(prompt, position, text, batch)
                 if parts is None:
-                    source.append(slot)
-                    turns.append(turn)
-                    trains.append(trained)
+                    add_source(slot)
+                    add_turn(turn)
+                    add_trained(trained)
                     continue
                 # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header
                 # (not trained) joined to the content after it (trained) when no reasoning span
@@ -684,9 +701,9 @@ class Encoder:
                         message_index=turn if turn >= 0 else None,
                         field="marker",
                     )
-                source.append(-1 - token)
-                turns.append(turn)
-                trains.append(trained)
+                add_source(-1 - token)
+                add_turn(turn)
+                add_trained(trained)
             else:
                 raise PromptError(
                     f"expected Text or Special segments, got {text}", field="prompt.segments"
