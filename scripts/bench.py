@@ -174,20 +174,28 @@ def _code(rng: random.Random, lines: int) -> str:
     return "```python\n" + "\n".join(body) + "\n```"
 
 
-def _tool(rng: random.Random, i: int) -> dict[str, Any]:
+def _tool(
+    rng: random.Random,
+    i: int,
+    *,
+    description: tuple[int, int] = (8, 30),
+    parameters: tuple[int, int] = (1, 4),
+    parameter_words: int = 6,
+    types: tuple[str, ...] = ("string", "integer", "array", "object"),
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
             "name": f"tool_{i}_{rng.randint(0, 10**6)}",
-            "description": _words(rng, rng.randint(8, 30)),
+            "description": _words(rng, rng.randint(*description)),
             "parameters": {
                 "type": "object",
                 "properties": {
                     f"p{j}": {
-                        "type": rng.choice(["string", "integer", "array", "object"]),
-                        "description": _words(rng, 6),
+                        "type": rng.choice(list(types)),
+                        "description": _words(rng, parameter_words),
                     }
-                    for j in range(rng.randint(1, 4))
+                    for j in range(rng.randint(*parameters))
                 },
             },
         },

@@ -19,6 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench import _tool as bench_tool
 from bench import _words
 
 #: Distinct tool sets and system prompts a set draws from.
@@ -28,23 +29,14 @@ SYSTEM_PROMPTS = 8
 
 def _tool(rng: random.Random, i: int) -> dict[str, Any]:
     # smaller than bench's tools: a short description, one or two parameters
-    return {
-        "type": "function",
-        "function": {
-            "name": f"tool_{i}_{rng.randint(0, 10**6)}",
-            "description": _words(rng, rng.randint(4, 10)),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    f"p{j}": {
-                        "type": rng.choice(["string", "integer"]),
-                        "description": _words(rng, 3),
-                    }
-                    for j in range(rng.randint(1, 2))
-                },
-            },
-        },
-    }
+    return bench_tool(
+        rng,
+        i,
+        description=(4, 10),
+        parameters=(1, 2),
+        parameter_words=3,
+        types=("string", "integer"),
+    )
 
 
 def _call(rng: random.Random, tool: dict[str, Any]) -> dict[str, Any]:
