@@ -832,7 +832,11 @@ class _Fragment:
         self.segs = tuple(segs)
         self.runs = tuple(_runs_of(segs))
         self.segments_: tuple[Segment, ...] | None = None
-        self.size = sum(len(seg[0]) for seg in segs) + 64 * len(segs)  # bytes, roughly
+        # Characters of the segments and of the runs joined from them, and ~64 bytes of tuple
+        # per segment and run: bytes, roughly (ASCII text; wider text counts low).
+        self.size = sum(len(run[1]) + 64 for run in self.runs) + sum(
+            len(seg[0]) + 64 for seg in segs
+        )
 
     @property
     def segments(self) -> tuple[Segment, ...]:
