@@ -35,13 +35,10 @@ from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
 from .conversation import Turn, surrogate_problem, turns_from_messages
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
+from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
 from .protocol import (
-    _RUN_MARKER,
-    _RUN_TEXT,
-    Prompt,
     PromptPlan,
     ReasoningEffort,
-    Text,
     TurnLayout,
     format_prompt,
     plan_prompt,

@@ -665,7 +665,7 @@ def _conversations() -> list[tuple[list[dict], bool]]:
 def test_plain_renderers_write_what_the_builder_writes(messages: list[dict], preserve: bool):
     """format_prompt writes common turns directly; render_turn always goes through the builder.
     Both must give the same segments, and the runs must be those the segments make."""
-    from qwen_encode.protocol import _runs_of, _seg_of
+    from qwen_encode.prompt import _runs_of, _seg_of
 
     options = {"preserve_thinking": preserve, "add_generation_prompt": False}
     prompt = qe.format_prompt(messages, **options)
