@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import groupby, pairwise
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -35,10 +35,8 @@ from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
 from .conversation import surrogate_problem
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
+from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
 from .protocol import (
-    Prompt,
-    Special,
-    Text,
     format_prompt,
 )
 from .provenance import SAMPLED, UNRECORDED, token_provenance
@@ -71,17 +69,34 @@ _CHAT_OPTIONS = frozenset(
     }
 )
 
+# A batch whose new text is at most this many runs and characters (one short request) is encoded
+# run by run on the calling thread instead of by the engine's parallel batch call (see _run_ids).
+_SMALL_RUNS = 32
+_SMALL_CHARS = 16_384
 # Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
 # alignments), pieces take time and memory linear in the text, and run in parallel.
 _PIECE_CHARS = 1 << 16
-# Where a run may be cut without changing its IDs: right after a "\n" that is followed by a
-# letter or digit. With the Qwen pre-tokenizer below, no pre-token crosses such a point (the
-# letter run's optional prefix excludes \r\n; every whitespace alternative ends before a
-# non-space), its regex has no look-behind and its one look-ahead (?!\S) sees a letter both
-# ways; NFC never composes across a "\n"; and no added token holds "\n". tests/test_encoder_
-# pieces.py checks every one of the 133,547 such characters, and cut against uncut encoding.
-_SAFE_CUT = re.compile(r"\n(?=[^\W_])")
+# Where a run may be cut without changing its IDs. Two kinds of point, each a place where the
+# Qwen pre-tokenizer below (regex split, then byte-level BPE inside each pre-token) ends one
+# pre-token and starts the next whether it sees the whole text, the text before the point alone
+# or the text after it alone:
+# 1. Right after a "\n" followed by spaces or tabs (or nothing) and then a non-space: whichever
+#    alternative takes that "\n" (`\s*[\r\n]+`, or a punctuation run's `[\r\n]*`) ends after
+#    the last newline of its whitespace run, which this one is; alone, the text before ends
+#    there too. (Lines of code indented by spaces, lines starting with a letter or digit.)
+# 2. Between a letter or number and one of _CUT_BEFORE (ASCII space, control and punctuation
+#    characters that no added token holds): a letter run (`[\p{L}\p{M}]+` or `\p{L}+`) and a
+#    number (`\p{N}`, one character) end before any of them, and a contraction ends on its
+#    letter. (Words separated by spaces, minified JSON, one long line.)
+# Either way no alternative needs to look past the point to end there: the regex has no
+# look-behind, and its one look-ahead (`\s+(?!\S)`) only belongs to whitespace runs that end
+# before a non-space. NFC never composes or reorders across a "\n" or before an ASCII character;
+# no added token holds "\n" or a _CUT_BEFORE character, so none spans a cut.
+# tests/test_encoder_pieces.py checks every character each rule admits, cut against uncut, on
+# both Qwen pre-tokenizer patterns.
+_CUT_BEFORE = " \t\r\n!\"#$%&'()*+,-.:;=?@[\\]^`{}~"
+_SAFE_CUT = re.compile(r"\n(?=[ \t]*[^\s])|(?<=[^\W_])(?=[" + re.escape(_CUT_BEFORE) + "])")
 # The pre-tokenizers (Split regex + ByteLevel) for which that argument is made: Qwen 3.5-3.8 and
 # Qwen 2-3. Any other vocabulary is encoded uncut.
 _CUTTABLE_PATTERNS = frozenset(
@@ -115,7 +130,9 @@ def _cuttable(tokenizer: Tokenizer, added: Iterable[str]) -> bool:
         pre = json.loads(tokenizer.pre_tokenizer.__getstate__())
     except Exception:
         return False
-    if normalizer not in (None, {"type": "NFC"}) or any("\n" in token for token in added):
+    if normalizer not in (None, {"type": "NFC"}) or any(
+        char in token for token in added for char in _CUT_BEFORE
+    ):
         return False
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     if not isinstance(steps, list) or len(steps) != 2:
@@ -142,7 +159,7 @@ def _pieces(text: str) -> list[str]:
         if cut is None:
             break
         pieces.append(text[start : cut.end()])
-        start = cut.end()
+        start = cut.end()  # the match is empty (rule 2) or the "\n" (rule 1): cut after it
     pieces.append(text[start:])
     return pieces
 
@@ -636,8 +653,25 @@ class Encoder:
                 self._bring_up_fastokens()
         literal = [slot for slot in todo if batch.literal[slot]]
         matched = [slot for slot in todo if not batch.literal[slot]] if literal else todo
-        for slot, ids in zip(matched, self._encode_texts([texts[s] for s in matched]), strict=True):
-            runs[slot] = ids
+        if self._engine is not self._reference and self._small(texts, matched):
+            # A request's few short runs: one ordinary call each on this thread. fastokens' batch
+            # call wakes its thread pool, ~50 µs a call on a busy machine against ~1 µs a run.
+            # Text that spells no added token encodes the same with or without added-token
+            # matching (there is nothing to split off), and that ordinary encoding is the one
+            # proven for literal runs. (In literal and reject modes, a matched run spells none.)
+            plain = [
+                slot
+                for slot in matched
+                if self.markers_in_text != "atomic" or self._spelled_marker(texts[slot]) is None
+            ]
+            literal += plain
+            matched = (
+                [slot for slot in matched if slot not in plain] if len(plain) < len(matched) else []
+            )
+        if matched:
+            ids_of = self._encode_texts([texts[s] for s in matched])
+            for slot, ids in zip(matched, ids_of, strict=True):
+                runs[slot] = ids
         for slot in literal:
             runs[slot] = self._encode_ordinary(texts[slot])
         if self._cache_limit:
@@ -647,6 +681,11 @@ class Encoder:
                     # the cache would otherwise keep alive while counting only this run's bytes.
                     self._remember(texts[slot], np.array(runs[slot]))
         return runs  # type: ignore[return-value]
+
+    @staticmethod
+    def _small(texts: list[str], slots: list[int]) -> bool:
+        """Whether these runs are few and short enough to encode one by one (see _run_ids)."""
+        return len(slots) <= _SMALL_RUNS and sum(len(texts[s]) for s in slots) <= _SMALL_CHARS
 
     def cache_info(self) -> dict[str, int]:
         """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
@@ -721,83 +760,80 @@ class Encoder:
         return found.group() if found else None
 
     def _lay_out(self, prompt: Prompt, batch: _Batch, check_text: bool) -> None:
-        """Add ``prompt``'s markers and text runs to ``batch``, applying ``markers_in_text``."""
+        """Add ``prompt``'s markers and text runs to ``batch``, applying ``markers_in_text``.
+        The runs come made with the prompt (``format_prompt`` joins them as it renders; a
+        hand-made prompt's are made once, on first use): this runs for every run of every
+        prompt, so the common case is a few C-level calls."""
         if not isinstance(prompt, Prompt):
             raise PromptError(
                 f"expected a Prompt (from format_prompt), got {type(prompt).__name__}; "
                 "encode_messages takes message dicts",
                 field="prompt",
             )
-        # Grouped by type in C: a prompt has tens of segments, a batch tens of thousands.
-        for kind, group in groupby(prompt.segments, type):
-            if kind is Text:
-                self._add_run(list(group), batch, check_text)
-                continue
-            for segment in group:
-                if not isinstance(segment, Special):
-                    raise PromptError(
-                        f"expected Text or Special segments, got {type(segment).__name__}",
-                        field="prompt.segments",
-                    )
-                token = self._added_ids.get(segment.marker)
+        added = self._added_ids
+        slots = batch.slots
+        source, turns, trains = batch.source, batch.turn, batch.trained
+        # Bound once: three appends per run, ~30 runs per short row.
+        add_source, add_turn, add_trained = source.append, turns.append, trains.append
+        for position, (kind, text, turn, trained, parts) in enumerate(prompt._layout()):
+            if kind == _RUN_TEXT:
+                if check_text and not text.isascii():
+                    self._check_run(prompt, position)
+                slot = slots.get(text)
+                if slot is None:
+                    slot = self._new_slot(prompt, position, text, batch)
+                if parts is None:
+                    add_source(slot)
+                    add_turn(turn)
+                    add_trained(trained)
+                    continue
+                # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header
+                # (not trained) joined to the content after it (trained) when no reasoning span
+                # separates them. One item per part, its length known once encoded.
+                for _, part_turn, part_trained in parts:
+                    source.append(slot)
+                    turns.append(part_turn)
+                    trains.append(part_trained)
+                starts = tuple(offset for offset, _, _ in parts)
+                batch.crossing.append((len(source) - len(parts), slot, starts))
+            elif kind == _RUN_MARKER:
+                token = added.get(text)
                 if token is None:
                     raise PromptError(
-                        f"{shown(segment.marker)} is not a token of this vocabulary",
-                        message_index=segment.turn if segment.turn >= 0 else None,
+                        f"{shown(text)} is not a token of this vocabulary",
+                        message_index=turn if turn >= 0 else None,
                         field="marker",
                     )
-                batch.source.append(-1 - token)
-                batch.turn.append(segment.turn)
-                batch.trained.append(segment.trained)
+                add_source(-1 - token)
+                add_turn(turn)
+                add_trained(trained)
+            else:
+                raise PromptError(
+                    f"expected Text or Special segments, got {text}", field="prompt.segments"
+                )
 
-    def _add_run(self, segments: list[Text], batch: _Batch, check_text: bool) -> None:
-        """Consecutive ``Text`` segments, encoded as one piece (see the module docstring). This
-        runs once per text run of every prompt: the common case (one owner, ASCII or clean
-        text, no marker spelled) stays a few C-level calls."""
-        first = segments[0]
-        turn, trained = first.turn, first.trained
-        if len(segments) == 1:
-            text = first.text
-            crossing = False
-        else:
-            text = "".join([s.text for s in segments])
-            crossing = any(s.turn != turn or s.trained != trained for s in segments)
-        if check_text and not text.isascii():
-            for segment in segments:
-                if problem := surrogate_problem(segment.text):
-                    raise PromptError(
-                        problem,
-                        message_index=segment.turn if segment.turn >= 0 else None,
-                        field=segment.field or "text",
-                    )
-        slot = batch.slots.get(text)
-        if slot is None:
-            literal = False
-            # The whole run is checked, not each segment: a tool name "<think" followed by the
-            # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
-            if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
-                if self.markers_in_text == "reject":
-                    raise self._rejection(segments, marker)
-                literal = True
-            slot = batch.slots[text] = len(batch.literal)
-            batch.literal.append(literal)
-        if not crossing:
-            batch.source.append(slot)
-            batch.turn.append(turn)
-            batch.trained.append(trained)
-            return
-        # Parts: where the run's (turn, trained) changes, e.g. the "assistant\n" header (not
-        # trained) joined to the content after it (trained) when no reasoning span separates them.
-        starts: list[int] = []
-        at = 0
-        for segment in segments:
-            if not starts or (segment.turn, segment.trained) != (batch.turn[-1], batch.trained[-1]):
-                starts.append(at)
-                batch.source.append(slot)
-                batch.turn.append(segment.turn)
-                batch.trained.append(segment.trained)
-            at += len(segment.text)
-        batch.crossing.append((len(batch.source) - len(starts), slot, tuple(starts)))
+    @staticmethod
+    def _check_run(prompt: Prompt, position: int) -> None:
+        """Refuse a run holding a lone surrogate, naming the segment's turn and field."""
+        for text, turn, _, field in prompt._run_segs()[position]:
+            if problem := surrogate_problem(text):
+                raise PromptError(
+                    problem, message_index=turn if turn >= 0 else None, field=field or "text"
+                )
+
+    def _new_slot(self, prompt: Prompt, position: int, text: str, batch: _Batch) -> int:
+        """A slot for a run text new to the batch (each distinct text is encoded once)."""
+        literal = False
+        # The whole run is checked, not each segment: a tool name "<think" followed by the
+        # protocol's ">\n" spells "<think>" across the join, and tokenizers would match it.
+        if self.markers_in_text != "atomic" and (marker := self._spelled_marker(text)):
+            if self.markers_in_text == "reject":
+                segments = [Text(*seg) for seg in prompt._run_segs()[position]]
+                raise self._rejection(segments, marker)
+            literal = True
+        slot = batch.slots[text] = len(batch.literal)
+        batch.literal.append(literal)
+        return slot
 
     @staticmethod
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:

@@ -15,12 +15,12 @@ a conversation with several problems raises the error the template would raise f
 from __future__ import annotations
 
 import json
-import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from functools import cached_property
-from typing import Any, TypeAlias
+from typing import Any
 
 from . import markers as mk
 from .conversation import (
@@ -36,6 +36,21 @@ from .conversation import (
     turns_from_messages,
 )
 from .errors import PromptError, shown
+from .prompt import (
+    _MARKER,
+    _MARKER_SPLIT,
+    _RUN_MARKER,
+    _RUN_TEXT,
+    Prompt,
+    Segment,
+    Special,
+    Text,
+    _Builder,
+    _Run,
+    _runs_of,
+    _Seg,
+    _segment_of,
+)
 
 __all__ = [
     "Prompt",
@@ -55,136 +70,6 @@ __all__ = [
     "serialize_tool_signatures",
     "tools_section",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Segments
-
-
-@dataclass(frozen=True, slots=True)
-class Special:
-    """A protocol marker, to be encoded as its single vocabulary ID.
-
-    ``turn`` is the index of the message this belongs to (-1: protocol text of no message, i.e. a
-    system turn synthesised for the reasoning instruction, or the generation primer). ``trained``
-    marks what a fine-tuning run trains on: an assistant turn's body and its closing marker.
-    """
-
-    marker: str
-    turn: int = -1
-    trained: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Text:
-    """Plain text. ``field`` names the caller's field it came from (``content``,
-    ``tool_calls[0].arguments.city``, ``tools[2]``, …); None for text the protocol wrote."""
-
-    text: str
-    turn: int = -1
-    trained: bool = False
-    field: str | None = None
-
-
-Segment: TypeAlias = Special | Text
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """A rendered prompt: typed segments, and their concatenation as ``text``."""
-
-    segments: tuple[Segment, ...]
-
-    @cached_property
-    def text(self) -> str:
-        return "".join(s.marker if isinstance(s, Special) else s.text for s in self.segments)
-
-
-class _Builder:
-    """Collects segments; ``turn`` and ``trained`` apply to the segments added next.
-
-    Consecutive protocol-authored texts are joined into one ``Text`` (the encoder joins text
-    runs anyway; fewer, longer segments make rendering several times cheaper)."""
-
-    __slots__ = ("_pending", "_segments", "_trained", "_turn")
-
-    def __init__(self) -> None:
-        self._segments: list[Segment] = []
-        self._pending: list[str] = []
-        self._turn = -1
-        self._trained = False
-
-    def _flush(self) -> None:
-        if self._pending:
-            self._segments.append(Text("".join(self._pending), self._turn, self._trained))
-            self._pending.clear()
-
-    @property
-    def segments(self) -> list[Segment]:
-        self._flush()
-        return self._segments
-
-    @segments.setter
-    def segments(self, segments: list[Segment]) -> None:
-        self._pending.clear()
-        self._segments = segments
-
-    def begin(self, turn: int, trained: bool) -> None:
-        """What the segments added from now on belong to."""
-        if self._pending:
-            self._flush()
-        self._turn, self._trained = turn, trained
-
-    def special(self, marker: str) -> None:
-        # `if self._pending` before each call: a builder gets ~100 of these per conversation, and
-        # the call itself was a tenth of rendering time.
-        if self._pending:
-            self._flush()
-        self._segments.append(Special(marker, self._turn, self._trained))
-
-    def text(self, text: str, field: str | None = None) -> None:
-        if not text:
-            return
-        if field is None:
-            self._pending.append(text)
-            return
-        if not text.isascii() and (problem := surrogate_problem(text)):
-            raise self.error(problem, field)
-        if self._pending:
-            self._flush()
-        self._segments.append(Text(text, self._turn, self._trained, field))
-
-    def error(self, reason: str, field: str) -> PromptError:
-        """A ``PromptError`` about ``field`` of the message being rendered."""
-        return PromptError(
-            reason, message_index=self._turn if self._turn >= 0 else None, field=field
-        )
-
-    def protocol(self, text: str) -> None:
-        """Protocol-authored text; the markers it spells (the tools block's example and reminder
-        spell ``<tool_call>``) are ``Special``, because tokenizing the template's output turns
-        them into the atomic IDs and that is what the model was trained on."""
-        for i, part in enumerate(_MARKER_SPLIT.split(text)):
-            if i % 2:
-                self.special(part)
-            else:
-                self.text(part)
-
-    def rstrip(self) -> None:
-        """Drop trailing whitespace across trailing ``Text`` segments."""
-        segments = self.segments
-        while segments and isinstance(last := segments[-1], Text):
-            stripped = last.text.rstrip()
-            if stripped:
-                segments[-1] = Text(stripped, last.turn, last.trained, last.field)
-                return
-            segments.pop()
-
-    def prompt(self) -> Prompt:
-        return Prompt(tuple(self.segments))
-
-
-_MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,6 +143,17 @@ _TOOLS_TAIL = (
     "available, answer the question like normal with your current knowledge and do not tell the "
     "user about function calls\n</IMPORTANT>"
 )
+
+
+def _protocol_parts(text: str) -> tuple[str, ...]:
+    """``text`` split at the markers it spells: text, marker, text, ... (the tools block's
+    example and reminder spell ``<tool_call>``, and tokenizing the template's output turns them
+    into the atomic IDs the model was trained on)."""
+    return tuple(_MARKER_SPLIT.split(text))
+
+
+_TOOLS_HEAD_PARTS = _protocol_parts(_TOOLS_HEAD)
+_TOOLS_TAIL_PARTS = _protocol_parts(_TOOLS_TAIL)
 
 
 def _tojson(value: Any, field: str) -> str:
@@ -355,7 +251,7 @@ def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
         raise PromptError(error.reason, field=f"tool_call.{error.field}") from None
     b = _Builder()
     _tool_call_segments(b, call, "tool_call")
-    return b.prompt().text
+    return "".join([seg[0] for seg in b.segs])
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,11 +276,16 @@ def _content_segments(
     is_system: bool = False,
 ) -> None:
     """Render ``turn.content`` and trim it (template: ``render_content(...)|trim``)."""
-    start = len(b.segments)
+    start = len(b.segs)  # flushes pending protocol text, as the trim below needs
     content = turn.content
     if isinstance(content, str):
-        b.text(content, "content")
-    elif content is not None:
+        # One text: trimmed before it is added (checked whole first, so that a lone surrogate's
+        # offset is the caller's).
+        if not content.isascii() and (problem := surrogate_problem(content)):
+            raise b.error(problem, "content")
+        b.text(content.strip(), "content")
+        return
+    if content is not None:
         for j, block in enumerate(content):
             if isinstance(block, TextBlock):
                 b.text(block.text, f"content[{j}].text")
@@ -414,23 +315,23 @@ def _content_segments(
             b.special(mk.VISION_START)
             b.special(mk.IMAGE_PAD if image else mk.VIDEO_PAD)
             b.special(mk.VISION_END)
-    _trim(b.segments, start)
+    _trim(b.segs, start)
 
 
-def _trim(segments: list[Segment], start: int) -> None:
+def _trim(segs: list[_Seg], start: int) -> None:
     """Jinja ``trim`` (Python ``str.strip()``) over the segments from ``start`` on."""
-    while start < len(segments) and isinstance(first := segments[start], Text):
-        stripped = first.text.lstrip()
+    while start < len(segs) and (first := segs[start])[3] is not _MARKER:
+        stripped = first[0].lstrip()
         if stripped:
-            segments[start] = Text(stripped, first.turn, first.trained, first.field)
+            segs[start] = (stripped, *first[1:])
             break
-        del segments[start]
-    while len(segments) > start and isinstance(last := segments[-1], Text):
-        stripped = last.text.rstrip()
+        del segs[start]
+    while len(segs) > start and (last := segs[-1])[3] is not _MARKER:
+        stripped = last[0].rstrip()
         if stripped:
-            segments[-1] = Text(stripped, last.turn, last.trained, last.field)
+            segs[-1] = (stripped, *last[1:])
             break
-        segments.pop()
+        segs.pop()
 
 
 def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bool:
@@ -442,7 +343,7 @@ def _is_tool_response_wrapper(turn: Turn, index: int, add_vision_id: bool) -> bo
     b = _Builder()
     b.begin(index, False)
     _content_segments(b, turn, index, None, add_vision_id)
-    text = b.prompt().text
+    text = "".join([seg[0] for seg in b.segs])
     return text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)
 
 
@@ -472,11 +373,11 @@ def _assistant_segments(
         b.text("\n")
         b.special(mk.THINK_CLOSE)
         b.text("\n\n")
-    content_start = len(b.segments)
+    content_start = len(b.segs)
     _content_segments(b, turn, index, counter, add_vision_id)
     if open_end:
         return
-    has_content = len(b.segments) > content_start
+    has_content = len(b.segs) > content_start
     for j, call in enumerate(turn.tool_calls):
         # Template: '\n\n' before the first call only when the trimmed content is non-empty,
         # '\n' before every later one.
@@ -553,23 +454,24 @@ def _system_segments(
     content.begin(turn, False)
     if system is not None:
         _content_segments(content, system, index, None, add_vision_id, is_system=True)
-    if not (instruction or tool_lines or content.segments):
+    content_segs = content.segs
+    if not (instruction or tool_lines or content_segs):
         return
     b.special(mk.TURN_OPEN)
     b.text("system\n")
     if tool_lines:
         if instruction:
             b.text(instruction + "\n\n")
-        b.protocol(_TOOLS_HEAD)
+        b.protocol(_TOOLS_HEAD_PARTS)
         for i, line in enumerate(tool_lines):
             b.text("\n")
             b.text(line, f"tools[{i}]")
-        b.protocol(_TOOLS_TAIL)
-        if content.segments:
+        b.protocol(_TOOLS_TAIL_PARTS)
+        if content_segs:
             b.text("\n\n")
     elif instruction:
-        b.text(instruction + ("\n\n" if content.segments else ""))
-    b.segments.extend(content.segments)
+        b.text(instruction + ("\n\n" if content_segs else ""))
+    b.segs.extend(content_segs)
     b.special(mk.TURN_CLOSE)
     b.text("\n")
 
@@ -618,6 +520,28 @@ class TurnLayout:
     videos_before: int = 0
 
 
+_LAYOUTS: dict[tuple[bool, bool, bool, bool, int, int], TurnLayout] = {}
+
+
+def _turn_layout(
+    keep_reasoning: bool,
+    opens_turn: bool,
+    closes_turn: bool,
+    open_end: bool,
+    images_before: int,
+    videos_before: int,
+) -> TurnLayout:
+    """A ``TurnLayout``, made once per distinct value (a frozen dataclass costs ~1 µs to make,
+    and a conversation without images has at most 16 distinct layouts)."""
+    key = (keep_reasoning, opens_turn, closes_turn, open_end, images_before, videos_before)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = TurnLayout(*key)
+        if images_before == videos_before == 0:  # bounded: counts of images are not kept
+            _LAYOUTS[key] = layout
+    return layout
+
+
 @dataclass(frozen=True)
 class PromptPlan:
     """A conversation checked and laid out: the system turn (``head``), how each turn renders
@@ -633,6 +557,137 @@ class PromptPlan:
     last_query: int = -1
     #: How many leading layouts were taken unchanged from ``previous`` (see ``plan_prompt``).
     unchanged: int = 0
+
+
+class _Fragment:
+    """A rendered part of a prompt (a system turn, the primer) in compact form: its segments, its
+    runs, and the public segments once asked for."""
+
+    __slots__ = ("runs", "segments_", "segs", "size")
+
+    def __init__(self, segs: list[_Seg]) -> None:
+        self.segs = tuple(segs)
+        self.runs = tuple(_runs_of(segs))
+        self.segments_: tuple[Segment, ...] | None = None
+        # Characters of the segments and of the runs joined from them, and ~64 bytes of tuple
+        # per segment and run: bytes, roughly (ASCII text; wider text counts low).
+        self.size = sum(len(run[1]) + 64 for run in self.runs) + sum(
+            len(seg[0]) + 64 for seg in segs
+        )
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        if self.segments_ is None:
+            self.segments_ = tuple(map(_segment_of, self.segs))
+        return self.segments_
+
+
+class _RenderCache:
+    """Rendered system turns (tools block, reasoning instruction, system prompt) and primers,
+    keyed by everything they render from, least recently used out first, bounded in bytes of
+    text. What a data set repeats in every row is rendered once and is the same string object
+    every time, so the encoder's run cache finds it by a hash computed once."""
+
+    def __init__(self, limit: int) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], _Fragment] = OrderedDict()
+        self._lock = threading.Lock()  # format_prompt is called from a server's threads
+        self._bytes = 0
+        self.limit = limit
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...]) -> _Fragment | None:
+        with self._lock:
+            fragment = self._entries.get(key)
+            if fragment is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._entries.move_to_end(key)
+            return fragment
+
+    def put(self, key: tuple[Any, ...], fragment: _Fragment) -> None:
+        cost = fragment.size + sum(len(k) if isinstance(k, str) else 0 for k in key)
+        with self._lock:
+            if key in self._entries or cost > self.limit:
+                return
+            self._entries[key] = fragment
+            self._bytes += cost
+            while self._bytes > self.limit:
+                old_key, old = self._entries.popitem(last=False)
+                self._bytes -= old.size + sum(len(k) if isinstance(k, str) else 0 for k in old_key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+    def info(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "entries": len(self._entries),
+                "bytes": self._bytes,
+                "limit": self.limit,
+                "hits": self.hits,
+                "misses": self.misses,
+            }
+
+
+_RENDER_CACHE = _RenderCache(16 << 20)
+
+
+def render_cache_info() -> dict[str, int]:
+    """Entries, bytes (of text, roughly) and limit of the cache of rendered system turns and
+    primers, and its hits and misses since it was last cleared."""
+    return _RENDER_CACHE.info()
+
+
+def clear_render_cache() -> None:
+    """Forget the rendered system turns and primers (and the hit counts)."""
+    _RENDER_CACHE.clear()
+
+
+def _head_fragment(
+    system: Turn | None, instruction: str, tool_lines: list[str], add_vision_id: bool
+) -> _Fragment:
+    """The system turn (template lines 55-91), from the cache when its inputs are plain text."""
+    content = None if system is None else system.content
+    if content is not None and not isinstance(content, str):
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        return _Fragment(builder.segs)
+    # The system turn's text and its owner (message 0, or none) are all it renders from.
+    key = ("head", system is not None, content, instruction, add_vision_id, *tool_lines)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        fragment = _Fragment(builder.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
+
+
+def _tail_fragment(add_generation_prompt: bool, continuing: bool, thinking: bool) -> _Fragment:
+    key = ("tail", add_generation_prompt, continuing, thinking)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        tail = _Builder()
+        if add_generation_prompt and not continuing:
+            tail.special(mk.TURN_OPEN)
+            tail.text("assistant\n")
+            # The primer leaves the reasoning span open while thinking, and closes an empty one
+            # when thinking is off, so the model answers directly.
+            tail.special(mk.THINK_OPEN)
+            if thinking:
+                tail.text("\n")
+            else:
+                tail.text("\n\n")
+                tail.special(mk.THINK_CLOSE)
+                tail.text("\n\n")
+        fragment = _Fragment(tail.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
 
 
 def format_prompt(
@@ -653,21 +708,149 @@ def format_prompt(
     continue (then ``add_generation_prompt`` is ignored).
     """
     turns = turns_from_messages(turns)
-    plan = plan_prompt(
+    head, layouts, tail, _, _ = _plan(
         turns,
-        tools=tools,
-        enable_thinking=enable_thinking,
-        reasoning_effort=reasoning_effort,
-        preserve_thinking=preserve_thinking,
-        add_generation_prompt=add_generation_prompt,
-        add_vision_id=add_vision_id,
-        continue_final_message=continue_final_message,
+        tools,
+        enable_thinking,
+        reasoning_effort,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+        None,
     )
-    segments = list(plan.head)
-    for index, (turn, layout) in enumerate(zip(turns, plan.layouts, strict=True)):
-        segments.extend(render_turn(turn, index, layout, add_vision_id))
-    segments.extend(plan.tail)
-    return Prompt(tuple(segments))
+    assert head is not None
+    # Runs never cross a turn (each starts on a marker, or on text after the marker that ended
+    # the turn before), so each turn's runs are made with it and the lists concatenate. The
+    # common shapes (text content, no tool calls) are written directly (_plain_*), the others
+    # through a builder.
+    segs: list[_Seg] = list(head.segs)
+    runs: list[_Run] = list(head.runs)
+    joined = True
+    for index, turn in enumerate(turns):
+        layout = layouts[index]
+        content = turn.content
+        if (content is None or type(content) is str) and not layout.open_end:
+            role = turn.role
+            if role == "user" and content is not None:
+                _plain_user(segs, runs, content, index)
+                continue
+            if role == "assistant" and not turn.tool_calls:
+                _plain_assistant(segs, runs, turn, index, layout.keep_reasoning)
+                continue
+            if role == "tool" and content is not None:
+                _plain_tool(segs, runs, content, index, layout)
+                continue
+        b = _Builder()
+        _render_into(b, turn, index, layout, add_vision_id)
+        turn_runs = _runs_of(b.segs)
+        joined = joined and not _joins_text(runs, turn_runs)
+        segs += b.segs
+        runs += turn_runs
+    joined = joined and not _joins_text(runs, tail.runs)
+    segs += tail.segs
+    runs += tail.runs
+    return Prompt._compact(segs, runs if joined else _runs_of(segs))
+
+
+def _checked(text: str, index: int, field: str) -> str:
+    if not text.isascii() and (problem := surrogate_problem(text)):
+        raise PromptError(problem, message_index=index, field=field)
+    return text
+
+
+# The _plain_* renderers write what the builder writes for the same turn (the same segments,
+# protocol text joined the same way, empty caller text left out), and the runs _runs_of makes of
+# them; test_protocol checks them against the builder on every shape they take.
+
+
+def _plain_user(segs: list[_Seg], runs: list[_Run], content: str, i: int) -> None:
+    text = _checked(content, i, "content").strip()
+    segs.append((mk.TURN_OPEN, i, False, _MARKER))
+    segs.append(("user\n", i, False, None))
+    if text:
+        segs.append((text, i, False, "content"))
+    segs.append((mk.TURN_CLOSE, i, False, _MARKER))
+    segs.append(("\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    runs.append((_RUN_TEXT, "user\n" + text, i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, False, None))
+    runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_assistant(
+    segs: list[_Seg], runs: list[_Run], turn: Turn, i: int, keep_reasoning: bool
+) -> None:
+    # Checked in the template's order: the reasoning span renders before the content.
+    if keep_reasoning:
+        reasoning = _checked((turn.reasoning or "").strip(), i, "reasoning_content")
+    content = turn.content
+    text = "" if content is None else _checked(content, i, "content").strip()
+    segs.append((mk.TURN_OPEN, i, False, _MARKER))
+    segs.append(("assistant\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    if keep_reasoning:
+        # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
+        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+        segs.append((mk.THINK_OPEN, i, True, _MARKER))
+        runs.append((_RUN_MARKER, mk.THINK_OPEN, i, True, None))
+        if reasoning:
+            segs.append(("\n", i, True, None))
+            segs.append((reasoning, i, True, "reasoning_content"))
+            segs.append(("\n", i, True, None))
+            runs.append((_RUN_TEXT, "\n" + reasoning + "\n", i, True, None))
+        else:
+            segs.append(("\n\n", i, True, None))
+            runs.append((_RUN_TEXT, "\n\n", i, True, None))
+        segs.append((mk.THINK_CLOSE, i, True, _MARKER))
+        segs.append(("\n\n", i, True, None))
+        runs.append((_RUN_MARKER, mk.THINK_CLOSE, i, True, None))
+        runs.append((_RUN_TEXT, "\n\n" + text, i, True, None))
+    elif text:
+        # The header (not trained) and the content (trained) are one run of two parts.
+        runs.append((_RUN_TEXT, "assistant\n" + text, i, False, ((0, i, False), (10, i, True))))
+    else:
+        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+    if text:
+        segs.append((text, i, True, "content"))
+    segs.append((mk.TURN_CLOSE, i, True, _MARKER))
+    segs.append(("\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, True, None))
+    runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_tool(
+    segs: list[_Seg], runs: list[_Run], content: str, i: int, layout: TurnLayout
+) -> None:
+    # Template lines 160-172 (see _tool_segments).
+    text = _checked(content, i, "content").strip()
+    if layout.opens_turn:
+        segs.append((mk.TURN_OPEN, i, False, _MARKER))
+        segs.append(("user\n", i, False, None))
+        runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+        runs.append((_RUN_TEXT, "user\n", i, False, None))
+    else:
+        segs.append(("\n", i, False, None))
+        runs.append((_RUN_TEXT, "\n", i, False, None))
+    segs.append((mk.TOOL_RESPONSE_OPEN, i, False, _MARKER))
+    segs.append(("\n", i, False, None))
+    if text:
+        segs.append((text, i, False, "content"))
+    segs.append(("\n", i, False, None))
+    segs.append((mk.TOOL_RESPONSE_CLOSE, i, False, _MARKER))
+    runs.append((_RUN_MARKER, mk.TOOL_RESPONSE_OPEN, i, False, None))
+    runs.append((_RUN_TEXT, "\n" + text + "\n", i, False, None))
+    runs.append((_RUN_MARKER, mk.TOOL_RESPONSE_CLOSE, i, False, None))
+    if layout.closes_turn:
+        segs.append((mk.TURN_CLOSE, i, False, _MARKER))
+        segs.append(("\n", i, False, None))
+        runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, False, None))
+        runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _joins_text(before: Sequence[_Run], after: Sequence[_Run]) -> bool:
+    """Whether two run lists meet text to text (one run, which concatenation would split)."""
+    return bool(before and after and before[-1][0] == _RUN_TEXT and after[0][0] == _RUN_TEXT)
 
 
 def plan_prompt(
@@ -692,6 +875,40 @@ def plan_prompt(
     it and, with ``preserve_thinking=False``, the ``keep_reasoning`` of the turns since the last
     real query when it is a new one (each turn flips once: amortised constant).
     ``unchanged`` tells how many leading layouts are ``previous``'s."""
+    head, layouts, tail, last_query, unchanged = _plan(
+        turns,
+        tools,
+        enable_thinking,
+        reasoning_effort,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+        previous,
+    )
+    return PromptPlan(
+        head=previous.head if head is None else head.segments,  # type: ignore[union-attr]
+        layouts=tuple(layouts),
+        tail=tail.segments,
+        add_vision_id=add_vision_id,
+        last_query=last_query,
+        unchanged=unchanged,
+    )
+
+
+def _plan(
+    turns: Sequence[Turn],
+    tools: Sequence[Mapping[str, Any] | str] | str | None,
+    enable_thinking: bool,
+    reasoning_effort: ReasoningEffort | str | None,
+    preserve_thinking: bool,
+    add_generation_prompt: bool,
+    add_vision_id: bool,
+    continue_final_message: bool,
+    previous: PromptPlan | None,
+) -> tuple[_Fragment | None, list[TurnLayout], _Fragment, int, int]:
+    """``plan_prompt``'s work: the head (None when ``previous``'s is kept), the layouts, the
+    tail, the last real query and how many layouts are ``previous``'s."""
     for name, flag in (
         ("enable_thinking", enable_thinking),
         ("preserve_thinking", preserve_thinking),
@@ -732,21 +949,15 @@ def plan_prompt(
             message_index=last,
         )
 
+    head: _Fragment | None = None
     if previous is None:
-        builder = _Builder()
         first = turns[0]
-        _system_segments(
-            builder,
-            first if first.role == "system" else None,
-            instruction,
-            tool_lines,
-            add_vision_id,
+        head = _head_fragment(
+            first if first.role == "system" else None, instruction, tool_lines, add_vision_id
         )
-        head = tuple(builder.segments)
         last_query = _last_query_index(turns, add_vision_id, continue_final_message)
         start = 0
     else:
-        head = previous.head
         # Only the new turns can be a new real query: the previous plan searched the others.
         last_query = _last_query_index(
             turns,
@@ -779,40 +990,21 @@ def plan_prompt(
                 message_index=index,
             )
         layouts.append(
-            TurnLayout(
-                keep_reasoning=preserve_thinking or index > last_query,
-                opens_turn=before != "tool",
-                closes_turn=index == last or turns[index + 1].role != "tool",
-                open_end=continue_final_message and index == last,
-                images_before=images,
-                videos_before=videos,
+            _turn_layout(
+                preserve_thinking or index > last_query,
+                before != "tool",
+                index == last or turns[index + 1].role != "tool",
+                continue_final_message and index == last,
+                images,
+                videos,
             )
         )
         if isinstance(turn.content, tuple):
             images += sum(isinstance(block, ImageBlock) for block in turn.content)
             videos += sum(isinstance(block, VideoBlock) for block in turn.content)
 
-    tail = _Builder()
-    if add_generation_prompt and not continue_final_message:
-        tail.special(mk.TURN_OPEN)
-        tail.text("assistant\n")
-        # The primer leaves the reasoning span open while thinking, and closes an empty one when
-        # thinking is off, so the model answers directly.
-        tail.special(mk.THINK_OPEN)
-        if enable_thinking:
-            tail.text("\n")
-        else:
-            tail.text("\n\n")
-            tail.special(mk.THINK_CLOSE)
-            tail.text("\n\n")
-    return PromptPlan(
-        head=head,
-        layouts=tuple(layouts),
-        tail=tuple(tail.segments),
-        add_vision_id=add_vision_id,
-        last_query=last_query,
-        unchanged=start,
-    )
+    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
+    return head, layouts, tail, last_query, start
 
 
 def render_turn(
@@ -821,15 +1013,23 @@ def render_turn(
     """The segments of one turn in its conversation (a leading system message renders in the
     plan's head, so nothing here)."""
     b = _Builder()
+    _render_into(b, turn, index, layout, add_vision_id)
+    return tuple(map(_segment_of, b.segs))
+
+
+def _render_into(
+    b: _Builder, turn: Turn, index: int, layout: TurnLayout, add_vision_id: bool
+) -> None:
     counter = _VisionCounter()
     counter.images, counter.videos = layout.images_before, layout.videos_before
-    if turn.role == "user":
+    role = turn.role
+    if role == "user":
         _user_segments(b, turn, index, counter, add_vision_id, layout.open_end)
-    elif turn.role == "assistant":
+    elif role == "assistant":
         _assistant_segments(
             b, turn, index, layout.keep_reasoning, counter, add_vision_id, layout.open_end
         )
-    elif turn.role == "tool":
+    elif role == "tool":
         _tool_segments(
             b,
             turn,
@@ -844,7 +1044,6 @@ def render_turn(
         # transformers cuts the render where the final content ends and strips trailing
         # whitespace (so an empty final content also loses the '\n\n' after </think>).
         b.rstrip()
-    return tuple(b.segments)
 
 
 def _last_query_index(

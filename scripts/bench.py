@@ -26,6 +26,11 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
    against ``datasets`` at the same parallelism, and first the fixed cost of a run (what a
    worker pays before its first row), with the load average before and after and the machine's
    own two-process ceiling (pure Python work in 1 and 2 processes) before and after
+8. short rows (``--only-short-rows``, ``--rows``): fine-tuning rows from ``scripts/short_rows.py``
+   (6-7 messages, ~445 tokens, 40% with a tools block), per-row microseconds of each step
+   (turns_from_messages, format_prompt, encode_batch on rendered prompts, the engine alone on the
+   rendered text), end to end batched and per row with its share of the engine and its ratio to
+   transformers; then an agent set (every row the same system prompt and tools block)
 
 The corpus is generated deterministically: multi-turn, multilingual, code, reasoning, tools in
 half of the conversations, fine-tuning-like sizes, and words drawn at random so that no cache
@@ -47,6 +52,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import qwen_encode as qe  # noqa: E402
 
@@ -168,20 +174,28 @@ def _code(rng: random.Random, lines: int) -> str:
     return "```python\n" + "\n".join(body) + "\n```"
 
 
-def _tool(rng: random.Random, i: int) -> dict[str, Any]:
+def _tool(
+    rng: random.Random,
+    i: int,
+    *,
+    description: tuple[int, int] = (8, 30),
+    parameters: tuple[int, int] = (1, 4),
+    parameter_words: int = 6,
+    types: tuple[str, ...] = ("string", "integer", "array", "object"),
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
             "name": f"tool_{i}_{rng.randint(0, 10**6)}",
-            "description": _words(rng, rng.randint(8, 30)),
+            "description": _words(rng, rng.randint(*description)),
             "parameters": {
                 "type": "object",
                 "properties": {
                     f"p{j}": {
-                        "type": rng.choice(["string", "integer", "array", "object"]),
-                        "description": _words(rng, 6),
+                        "type": rng.choice(list(types)),
+                        "description": _words(rng, parameter_words),
                     }
-                    for j in range(rng.randint(1, 4))
+                    for j in range(rng.randint(*parameters))
                 },
             },
         },
@@ -449,6 +463,8 @@ def main() -> None:
         help="conversations in 7 (4000: ~28M tokens, so that worker start-up weighs as in a job)",
     )
     parser.add_argument("--data-batch", type=int, default=512, help="rows per batch in 7")
+    parser.add_argument("--only-short-rows", action="store_true", help="only section 8")
+    parser.add_argument("--rows", type=int, default=10_000, help="short rows in section 8")
     args = parser.parse_args()
     model = str(Path(args.model).resolve())
 
@@ -470,6 +486,9 @@ def main() -> None:
         return
     if args.only_data:
         _data(model, args)
+        return
+    if args.only_short_rows:
+        _short_rows(model, args.rows, args.runs)
         return
     corpus = make_corpus(args.conversations)
     encoders = {
@@ -579,6 +598,7 @@ def main() -> None:
         )
 
     _long_chat(model, args.chat_turns, args.runs)
+    _short_rows(model, args.rows, args.runs)
     if not args.skip_cold:
         _cold(model, max(3, args.runs))
 
@@ -808,6 +828,137 @@ def _long_chat(model: str, turns: int, runs: int) -> None:
             f"  cost of one new turn [{engine}]: first 8 user turns {first * 1e3:.2f} ms, "
             f"last 8 {last * 1e3:.2f} ms, ratio {last / first:.2f} (medians over {runs} runs)"
         )
+
+
+def _short_rows(model: str, count: int, runs: int) -> None:
+    """Section 8. Every qwen-encode run starts with the encoder's run cache and the renderer's
+    caches cleared: what repeats inside the set (tools blocks, system prompts) is found again
+    within the run, as a data job finds it. The engine alone runs warm, as in section 3."""
+    from short_rows import make_rows
+
+    encoder = qe.Encoder.from_pretrained(model, engine="fastokens")
+    if encoder.engine != "fastokens":
+        print("\nshort rows: fastokens unavailable, skipped")
+        return
+    clear_render = getattr(qe.protocol, "clear_render_cache", lambda: None)
+
+    def clear() -> None:
+        encoder.clear_cache()
+        clear_render()
+
+    sets = {
+        "short rows": make_rows(count),
+        "agent set (same system prompt and tools block in every row)": make_rows(
+            count, shared=True
+        ),
+    }
+    for title, rows in sets.items():
+        results = _short_rows_set(encoder, clear, title, rows, runs)
+        _short_rows_transformers(model, rows[: min(len(rows), 1000)], results, len(rows))
+
+
+def _short_rows_set(
+    encoder: qe.Encoder,
+    clear: Callable[[], None],
+    title: str,
+    rows: list[dict[str, Any]],
+    runs: int,
+) -> dict[str, tuple[float, int]]:
+    flat = encoder._engine.tokenizer  # type: ignore[attr-defined]
+    ready = [
+        qe.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False) for r in rows
+    ]
+    rendered = [p.text for p in ready]
+    tokens = sum(len(e) for e in encoder.encode_batch(ready))
+
+    def render() -> list[qe.Prompt]:
+        return [
+            qe.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False)
+            for r in rows
+        ]
+
+    def per_row() -> int:
+        clear()
+        return sum(
+            len(
+                encoder.encode_messages(
+                    r["messages"], tools=r["tools"], add_generation_prompt=False
+                )
+            )
+            for r in rows
+        )
+
+    def turns_only() -> int:
+        for r in rows:
+            qe.turns_from_messages(r["messages"])
+        return tokens
+
+    def render_only() -> int:
+        clear()
+        render()
+        return tokens
+
+    def encode_only() -> int:
+        clear()
+        return sum(len(e) for e in encoder.encode_batch(ready))
+
+    def batched() -> int:
+        clear()
+        return sum(len(e) for e in encoder.encode_batch(render()))
+
+    def engine() -> int:
+        return len(flat.encode_batch_flat(rendered)[0]) // 4
+
+    tasks: dict[str, Callable[[], int]] = {
+        "engine alone on the rendered text (fastokens encode_batch_flat)": engine,
+        "turns_from_messages": turns_only,
+        "format_prompt (from message dicts)": render_only,
+        "encode_batch on prompts rendered before": encode_only,
+        "end to end, batched (format_prompt all, encode_batch)": batched,
+        "end to end, per row (encode_messages)": per_row,
+    }
+    results = _median_runs(tasks, runs)
+    limit = results["engine alone on the rendered text (fastokens encode_batch_flat)"][0]
+    print(
+        f"\n{title}: {len(rows)} rows, {tokens / len(rows):.0f} tokens and "
+        f"{sum(len(r['messages']) for r in rows) / len(rows):.1f} messages per row, "
+        f"{sum(r['tools'] is not None for r in rows) / len(rows):.0%} with tools "
+        f"(median of {runs} alternating runs, load {_load()}):"
+    )
+    for name, (seconds, _) in results.items():
+        share = f"  share of the engine {limit / seconds:5.3f}" if "end to end" in name else ""
+        print(f"  {name:<62} {seconds / len(rows) * 1e6:8.1f} us/row{share}")
+    return results
+
+
+def _short_rows_transformers(
+    model: str, rows: list[dict[str, Any]], results: dict[str, tuple[float, int]], count: int
+) -> None:
+    """transformers on (at most) the first 1,000 rows: per row, against qwen-encode's rows."""
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging
+    except ImportError:
+        print("  transformers not installed: no ratio")
+        return
+    logging.set_verbosity_error()
+    hf = AutoTokenizer.from_pretrained(model)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for r in rows:
+            hf.apply_chat_template(
+                r["messages"], tools=r["tools"], tokenize=True, add_generation_prompt=False
+            )
+        times.append((time.perf_counter() - start) / len(rows))
+    per = statistics.median(times)
+    name = "transformers apply_chat_template(tokenize=True)"
+    print(f"  {name:<62} {per * 1e6:8.1f} us/row (first {len(rows)} rows)")
+    for name in (
+        "end to end, batched (format_prompt all, encode_batch)",
+        "end to end, per row (encode_messages)",
+    ):
+        print(f"  ratio to transformers, {name}: {per / (results[name][0] / count):.1f}x")
 
 
 def _cold(model: str, runs: int) -> None:

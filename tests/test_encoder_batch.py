@@ -138,3 +138,53 @@ def test_a_surrogate_in_one_prompt_refuses_it_alone(qwen38_dir: Path) -> None:
     _same(out[0], encoder.encode(good))
     with pytest.raises(qe.PromptError):
         encoder.encode_batch([good, bad])
+
+
+@pytest.mark.parametrize("mode", ["literal", "atomic", "reject"])
+def test_a_short_request_encoded_run_by_run_gives_the_reference_ids(
+    qwen38_dir: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request with little new text is encoded run by run (fastokens' ordinary encoding, no
+    batch call) when no run spells an added token; a run that does (atomic mode) still goes to
+    the batch call, which matches it. Either way: the reference engine's IDs."""
+    fast = qe.Encoder.from_pretrained(qwen38_dir, engine="fastokens", markers_in_text=mode)
+    if fast.engine != "fastokens":
+        pytest.skip("fastokens is not available here")
+    reference = qe.Encoder(fast.vocabulary, markers_in_text=mode, cache_bytes=0)
+    batch_calls: list[int] = []
+    engine_batch = fast._engine.encode_flat
+    monkeypatch.setattr(
+        fast._engine,
+        "encode_flat",
+        lambda texts: batch_calls.append(len(texts)) or engine_batch(texts),
+    )
+    spelled = "see <think> and <|im_end|> here" if mode != "reject" else "no marker, é 数据"
+    for conversation in _short_requests(spelled):
+        fast.clear_cache()
+        prompt = qe.format_prompt(conversation["messages"], tools=conversation["tools"])
+        _same(fast.encode(prompt), reference.encode(prompt))
+    # Only atomic mode, on the request that spells markers, needed the batch call.
+    assert batch_calls == ([1] if mode == "atomic" else [])
+
+
+def _short_requests(spelled: str) -> list[dict[str, Any]]:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    return [
+        {"messages": [{"role": "user", "content": "Hello, how are you?  "}], "tools": None},
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": "r",
+                    "tool_calls": [{"function": {"name": "f", "arguments": {"x": "1 é"}}}],
+                },
+                {"role": "tool", "content": "42"},
+                {"role": "user", "content": "Thanks! Now in French: données, 数据."},
+            ],
+            "tools": tools,
+        },
+        {"messages": [{"role": "user", "content": spelled}], "tools": None},
+    ]

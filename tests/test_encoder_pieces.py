@@ -1,12 +1,15 @@
-"""Very long text runs are encoded in pieces cut right after a "\\n" that a letter or digit follows
-(issue 9: one 50 MB message took 111 s and 9.4 GB on the tokenizers engine). The cut must never
-change an ID: checked here for every character the cut rule admits, and cut against uncut
-encoding on generated text, in every marker mode, on both engines and on runs that cross turns."""
+"""Very long text runs are encoded in pieces cut where the pre-tokenizer provably ends a pre-token
+(see ``encoder._SAFE_CUT``: after a newline that indentation and a non-space follow, or between a
+letter or number and a space or punctuation). One 50 MB message took 111 s and 9.4 GB on the
+tokenizers engine uncut. The cut must never change an ID: checked here for every character each
+rule admits, and cut against uncut encoding on generated text, in every marker mode, on both
+engines and on runs that cross turns."""
 
 from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -27,29 +30,86 @@ def _tokenizer(folder) -> Tokenizer:
     return Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
+def _ids(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def _cut_matches_uncut(
+    tokenizer: Tokenizer, heads: list[str], tails: list[str], first: list[list[int]] | None = None
+) -> list[int]:
+    """Positions where encoding ``head + tail`` differs from encoding each alone, joined."""
+    whole = _ids(tokenizer, [h + t for h, t in zip(heads, tails, strict=True)])
+    first = _ids(tokenizer, heads) if first is None else first
+    second = _ids(tokenizer, tails)
+    return [i for i, (w, a, b) in enumerate(zip(whole, first, second, strict=True)) if w != a + b]
+
+
+def _admitted(pattern: str) -> list[str]:
+    """Every character ``pattern`` admits, but for unassigned and private-use ones past the BMP
+    (860,000 code points no text holds, which would make this test minutes long)."""
+    rule = re.compile(pattern)
+    return [
+        chr(c)
+        for c in range(sys.maxunicode + 1)
+        if not 0xD800 <= c <= 0xDFFF
+        and rule.fullmatch(chr(c))
+        and (c < 0x10000 or unicodedata.category(chr(c)) not in ("Cn", "Co"))
+    ]
+
+
 # The cut's safety is a property of the normalizer and pre-tokenizer (BPE works inside
 # pre-tokens): the tiny fixture has the Qwen 3.8 ones, byte for byte; Qwen3 has the older pattern.
 @pytest.mark.parametrize("folder", [VOCABULARIES[0], QWEN3], ids=lambda f: f.name)
-def test_every_character_the_cut_admits_keeps_the_ids(folder) -> None:
+def test_every_character_after_a_newline_the_cut_admits_keeps_the_ids(folder) -> None:
+    """Rule 1: after a "\n" that spaces or tabs and then any non-space follow."""
     tokenizer = _tokenizer(folder)
     assert encoder_module._cuttable(
         tokenizer, [t.content for t in tokenizer.get_added_tokens_decoder().values()]
     )
-    follower = re.compile(encoder_module._SAFE_CUT.pattern.split("(?=")[1][:-1])
-    chars = [
-        chr(c)
-        for c in range(sys.maxunicode + 1)
-        if not 0xD800 <= c <= 0xDFFF and follower.fullmatch(chr(c))
-    ]
-    assert len(chars) > 100_000
-    for before in ("é\u0301 \r\n",):
-        head = tokenizer.encode(before, add_special_tokens=False).ids
-        whole = tokenizer.encode_batch(
-            [f"{before}{c}b\u0301 c" for c in chars], add_special_tokens=False
-        )
-        tails = tokenizer.encode_batch([f"{c}b\u0301 c" for c in chars], add_special_tokens=False)
-        bad = [c for c, w, t in zip(chars, whole, tails, strict=True) if w.ids != head + t.ids]
-        assert bad == [], [hex(ord(c)) for c in bad[:20]]
+    chars = _admitted(r"[^\s]")
+    assert len(chars) > 150_000
+    for before, indent in (("é\u0301 \r\n", ""), ("x.\n\n", "  \t ")):
+        text = before + "\n" + indent + "c"
+        assert [m.end() for m in encoder_module._SAFE_CUT.finditer(text)][-1] == len(before) + 1
+        tails = [f"{indent}{c}b\u0301 c" for c in chars]
+        head = _ids(tokenizer, [before + "\n"])
+        bad = _cut_matches_uncut(tokenizer, [before + "\n"] * len(chars), tails, head * len(chars))
+        assert bad == [], [hex(ord(chars[i])) for i in bad[:20]]
+
+
+@pytest.mark.parametrize("folder", [VOCABULARIES[0], QWEN3], ids=lambda f: f.name)
+def test_every_letter_or_number_the_cut_admits_keeps_the_ids(folder) -> None:
+    """Rule 2: between any letter or number and a space or punctuation no added token holds;
+    every letter and number before three of them, every one of them after a few letters."""
+    tokenizer = _tokenizer(folder)
+    letters = _admitted(r"[^\W_]")
+    assert len(letters) > 130_000
+    heads = [f"x\u0301 a.{c}" for c in letters]
+    first = _ids(tokenizer, heads)
+    for after in (" ", '"'):
+        assert encoder_module._SAFE_CUT.search("xa" + after)
+        tails = [f"{after}b\u0301{after}'s 1" for _ in letters]
+        bad = _cut_matches_uncut(tokenizer, heads, tails, first)
+        assert bad == [], [hex(ord(letters[i])) for i in bad[:20]]
+    samples = ["a", "Z", "é", "ß", "я", "数", "ا", "क", "1", "٣", "²", "Ⅻ", "ǅ"]
+    heads, tails = [], []
+    for after in encoder_module._CUT_BEFORE:
+        for c in samples:
+            assert encoder_module._SAFE_CUT.search("x" + c + after).end() == 2
+            for tail in ("s", "'ll", "  x", "\n\n y", after * 3 + "é", "ab" + after):
+                heads.append(f"<|im_end|>{c}")
+                tails.append(after + tail)
+    bad = _cut_matches_uncut(tokenizer, heads, tails)
+    assert bad == [], [(heads[i], tails[i]) for i in bad[:20]]
+
+
+def test_no_cut_inside_what_the_rules_exclude() -> None:
+    """Points the rules leave alone: inside a letter run, after punctuation (its run may take a
+    following letter as ``"a``), between newlines, before a character an added token holds."""
+    for text in ("abc", '{"a', "\n\nb", "\n \nb", "a<", "a/", "a|", "a_", "a>", "a\u0301", "\n "):
+        cuts = [m.end() for m in encoder_module._SAFE_CUT.finditer(text)]
+        assert 1 not in cuts and 2 not in cuts[:-1], (text, cuts)
+    assert [m.end() for m in encoder_module._SAFE_CUT.finditer('{"a\n\n \nb')] == [3, 7]
 
 
 def test_other_pre_tokenizers_are_never_cut() -> None:
@@ -58,15 +118,32 @@ def test_other_pre_tokenizers_are_never_cut() -> None:
     assert not encoder_module._cuttable(tokenizer, [])
     real = _tokenizer(ROOT / "fixtures" / "qwen3.8-tiny")
     assert not encoder_module._cuttable(real, ["line\nbreak"])  # an added token holding "\n"
+    assert not encoder_module._cuttable(real, ["<a,b>"])  # ... or a character cut before
 
 
 def test_pieces_join_back_and_respect_the_size() -> None:
-    text = ("word " * 30 + "\n") * 5000 + "no safe point " * 10000
+    text = ("word " * 30 + "\n") * 5000 + "/|" * 100_000
     pieces = encoder_module._pieces(text)
     assert "".join(pieces) == text
     assert len(pieces) > 10
     assert all(len(p) >= encoder_module._PIECE_CHARS for p in pieces[:-1])
-    assert all(p.endswith("\n") for p in pieces[:-1])
+    assert all(p.endswith(("\n", "d")) for p in pieces[:-1])
+    assert len(pieces[-1]) > 200_000  # no safe point in "/|/|...": it stays whole
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n".join("    " * (i % 4) + f"x{i} = f(y)  # c" for i in range(40_000)),  # indented code
+        " ".join(f"word{i}" for i in range(60_000)),  # one long line
+        '{"k":[' + ",".join(f'{{"a{i}":"v é","n":{i}}}' for i in range(30_000)) + "]}",  # JSON
+    ],
+    ids=["indented-code", "one-line", "minified-json"],
+)
+def test_texts_the_newline_rule_could_not_cut_are_cut(text: str) -> None:
+    pieces = encoder_module._pieces(text)
+    assert "".join(pieces) == text
+    assert len(pieces) >= len(text) // (3 * encoder_module._PIECE_CHARS)
 
 
 LINE = st.text(

@@ -620,3 +620,114 @@ def test_huge_integer_argument_is_a_prompt_error() -> None:
     with pytest.raises(qe.PromptError, match="not JSON-serialisable") as raised:
         qe.format_prompt(messages)
     assert (raised.value.message_index, raised.value.field) == (1, "tool_calls[0].arguments.n")
+
+
+# -- the compact form: plain renderers, runs, the segments view, the render cache --------------
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+_SHAPES: list[dict] = [
+    {"role": "user", "content": "  hi \n"},
+    {"role": "user", "content": " \n "},
+    {"role": "user", "content": "é\u00a0"},
+    {"role": "assistant", "content": " a ", "reasoning_content": " r "},
+    {"role": "assistant", "content": "", "reasoning_content": "r"},
+    {"role": "assistant", "content": "a"},
+    {"role": "assistant", "content": None, "reasoning_content": "  "},
+    {"role": "assistant", "content": "a", "tool_calls": [_call("f", {"x": 1})]},
+    {"role": "tool", "content": " t "},
+    {"role": "tool", "content": ""},
+    {"role": "tool", "content": [{"type": "text", "text": "t"}]},
+    {"role": "user", "content": [{"type": "text", "text": " b "}, {"type": "image"}]},
+]
+
+
+def _conversations() -> list[tuple[list[dict], bool]]:
+    """Every shape in every place the plain renderers handle differently: before and after the
+    last real query (reasoning kept or dropped), tool results opening and closing their turn."""
+    user, tools = {"role": "user", "content": "q"}, [s for s in _SHAPES if s["role"] == "tool"]
+    out = []
+    for shape in _SHAPES:
+        for preserve in (True, False):
+            if shape["role"] == "tool":
+                call = {"role": "assistant", "content": "", "tool_calls": [_call("f", {})]}
+                out.append(([user, call, shape, *tools, shape, user], preserve))
+            else:
+                out.append(([user, {"role": "assistant", "content": "x"}, shape], preserve))
+                out.append(([user, shape, user, {"role": "assistant", "content": "y"}], preserve))
+    return out
+
+
+@pytest.mark.parametrize("messages,preserve", _conversations())
+def test_plain_renderers_write_what_the_builder_writes(messages: list[dict], preserve: bool):
+    """format_prompt writes common turns directly; render_turn always goes through the builder.
+    Both must give the same segments, and the runs must be those the segments make."""
+    from qwen_encode.prompt import _runs_of, _seg_of
+
+    options = {"preserve_thinking": preserve, "add_generation_prompt": False}
+    prompt = qe.format_prompt(messages, **options)
+    turns = qe.turns_from_messages(messages)
+    plan = qe.plan_prompt(turns, **options)
+    expected = list(plan.head)
+    for index, (turn, layout) in enumerate(zip(turns, plan.layouts, strict=True)):
+        expected += qe.render_turn(turn, index, layout)
+    expected += plan.tail
+    assert prompt.segments == tuple(expected)
+    assert list(prompt._layout()) == _runs_of([_seg_of(s) for s in expected])
+    assert prompt.text == "".join(
+        s.marker if isinstance(s, qe.Special) else s.text for s in expected
+    )
+
+
+def test_plain_renderers_refuse_surrogates_in_template_order() -> None:
+    bad = {"role": "assistant", "content": "a\ud800", "reasoning_content": "b\ud800"}
+    with pytest.raises(qe.PromptError) as caught:
+        qe.format_prompt([{"role": "user", "content": "q"}, bad], add_generation_prompt=False)
+    assert (caught.value.message_index, caught.value.field) == (1, "reasoning_content")
+    with pytest.raises(qe.PromptError) as caught:
+        qe.format_prompt([{"role": "user", "content": " \ud800"}])
+    assert caught.value.field == "content" and "character 1" in str(caught.value)
+
+
+def test_prompt_is_a_value_over_its_segments() -> None:
+    import pickle
+    from dataclasses import FrozenInstanceError
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    built = qe.format_prompt(messages, tools=[{"type": "function", "function": {"name": "f"}}])
+    by_hand = qe.Prompt(built.segments)
+    assert built == by_hand and hash(built) == hash(by_hand)
+    assert by_hand.text == built.text and list(by_hand._layout()) == list(built._layout())
+    assert pickle.loads(pickle.dumps(built)) == built
+    assert repr(by_hand) == f"Prompt(segments={built.segments!r})"
+    with pytest.raises(FrozenInstanceError):
+        built.segments = ()  # type: ignore[misc]
+
+
+def test_render_cache_keeps_repeated_system_turns_bounded_and_observable() -> None:
+    from qwen_encode import protocol
+
+    tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    protocol.clear_render_cache()
+    first = qe.format_prompt(messages, tools=tools)
+    second = qe.format_prompt(messages, tools=json.dumps(tools))  # same block, as JSON text
+    info = qe.protocol.render_cache_info()
+    assert info["hits"] >= 2 and info["entries"] == 2  # one system turn, one primer
+    assert first == second
+    # The system turn's run is one string object, so the encoder hashes it once.
+    assert first._layout()[1][1] is second._layout()[1][1]
+    # A different system text is another entry; the limit holds.
+    saved = protocol._RENDER_CACHE.limit
+    try:
+        protocol._RENDER_CACHE.limit = 6000
+        for n in range(20):
+            qe.format_prompt([{"role": "system", "content": f"s{n}"}, messages[1]], tools=tools)
+        info = qe.protocol.render_cache_info()
+        assert 0 < info["bytes"] <= 6000 and info["entries"] < 20
+    finally:
+        protocol._RENDER_CACHE.limit = saved
+        protocol.clear_render_cache()
