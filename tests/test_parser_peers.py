@@ -21,12 +21,14 @@ from tests.test_parser import BYTES
 
 VLLM = "vllm-project/vllm tests/tool_parsers/test_qwen3coder_tool_parser.py"
 VLLM_SHARED = "vllm-project/vllm tests/tool_parsers/test_qwen3_xml_coder_shared.py"
+VLLM_XML = "vllm-project/vllm tests/tool_parsers/test_qwen3xml_tool_parser.py"
 SGLANG = "sgl-project/sglang test/registered/function_call/test_qwen3_coder_detector/test_cases.py"
 SGLANG_UNIT = "sglang test_qwen3_coder_detector (TestQwen3CoderDetector, unit tests)"
 SGLANG_SRT = "sgl-project/sglang test/srt/test_function_call_parser.py (TestQwen3CoderDetector)"
 SGLANG_END = "sglang TestQwen3CoderDetectorMalformedParameterEnd"
 OLLAMA = "ollama/ollama model/parsers/qwen3coder_test.go"
 LLAMA_UP = "ggml-org/llama.cpp tests/test-chat.cpp (test_template_output_peg_parsers, Qwen3.5-4B)"
+LLAMA_QC = "ggml-org/llama.cpp tests/test-chat.cpp (test_template_output_peg_parsers, Qwen3-Coder)"
 LLAMA = "llama.cpp tests/chat-parsers/test-qwen3-coder-xml.cpp (test-chat split, ochafik/llama.cpp)"
 
 
@@ -70,6 +72,35 @@ LLAMA_UP_TOOLS = [
         "type": "function",
         "function": {"name": "empty_args_no_props", "parameters": {"type": "object"}},
     },
+]
+LLAMA_QC_TOOLS = [
+    *LLAMA_UP_TOOLS,
+    tool("html", markup="string"),
+    tool("todo_list", todos="array"),
+    tool(
+        "tool_2req_4opt",
+        req1="string",
+        req2="integer",
+        opt1="string",
+        opt2="integer",
+        opt3="string",
+        opt4="integer",
+    ),
+    tool(
+        "tool_2req_5opt",
+        req1="string",
+        req2="integer",
+        opt1="string",
+        opt2="integer",
+        opt3="string",
+        opt4="integer",
+        opt5="string",
+    ),
+    tool("set_nullable_str", name={"type": ["string", "null"]}),
+    tool("set_nullable_str_nf", name={"type": ["null", "string"]}),
+    tool("set_nullable_int", count={"type": ["integer", "null"]}),
+    tool("set_union", value={"type": ["string", "object"]}, amount={"type": ["string", "integer"]}),
+    tool("set_unit", unit={"enum": ["celsius", "fahrenheit"]}),
 ]
 LLAMA_SPECIAL_CALL = (
     "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
@@ -634,6 +665,21 @@ CASES = [
             ),
         )
     ],
+    # ---- vLLM's Qwen3 XML parser (its ToolParserTestConfig)
+    Case(
+        VLLM_XML,
+        "no_tool_calls_output",
+        "This is a regular response without any tool calls.",
+        (),
+        "This is a regular response without any tool calls.",
+    ),
+    Case(
+        VLLM_XML,
+        "single_tool_call_output",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>Tokyo</parameter>\n</function>\n"
+        "</tool_call>",
+        (ToolCall("get_weather", {"city": "Tokyo"}),),
+    ),
     # ---- SGLang
     Case(
         SGLANG, "plain_text", "This is plain text test", (), "This is plain text test", SGLANG_TOOLS
@@ -1447,6 +1493,249 @@ CASES = [
         thinking=True,
         reasoning="I need to run a terminal command.",
     ),
+    # ---- llama.cpp upstream: the Qwen3-Coder template's cases
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: content",
+        "Hello, world!\nWhat's up?",
+        (),
+        "Hello, world!\nWhat's up?",
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: message_assist_call",
+        LLAMA_SPECIAL_CALL,
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: the opening <tool_call> skipped",
+        "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("special_function", {"arg1": 1}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: content, then a call without <tool_call>",
+        "Let me call it.\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("special_function", {"arg1": 1}),),
+        "Let me call it.",
+        LLAMA_QC_TOOLS,
+        differs="llama.cpp keeps the newline before the call in content ('Let me call it.\\n'); "
+        "content here is trimmed",
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: only the first call omits <tool_call>",
+        "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
+        "</tool_call>\n<tool_call>\n<function=special_function_with_opt>\n<parameter=arg1>\n1\n"
+        "</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall("special_function", {"arg1": 1}),
+            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: parallel calls",
+        LLAMA_SPECIAL_CALL + "\n<tool_call>\n<function=special_function_with_opt>\n"
+        "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n"
+        "</tool_call>",
+        (
+            ToolCall("special_function", {"arg1": 1}),
+            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: code content (multiline)",
+        "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n"
+        '    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>',
+        (ToolCall("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: code content (asian unicode chars)",
+        "<tool_call>\n<function=python>\n<parameter=code>\n格\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("python", {"code": "格"}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: HTML tag content",
+        "<tool_call>\n<function=html>\n<parameter=markup>\n<html>\n <head>\n"
+        "  <title>Hello!</title>\n </head>\n</html>\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "html", {"markup": "<html>\n <head>\n  <title>Hello!</title>\n </head>\n</html>"}
+            ),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: TODO list (array of objects)",
+        "<tool_call>\n<function=todo_list>\n<parameter=todos>\n"
+        '[{"item": "Check stuff", "selected": false}, {"item": "Prepare stuff", "selected": true}]'
+        "\n</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "todo_list",
+                {
+                    "todos": [
+                        {"item": "Check stuff", "selected": False},
+                        {"item": "Prepare stuff", "selected": True},
+                    ]
+                },
+            ),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: required arguments in any order",
+        "<tool_call>\n<function=edit>\n<parameter=newString>\n#include\n</parameter>\n"
+        "<parameter=filename>\nfoo.c\n</parameter>\n<parameter=oldString>\n#iclunde\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (
+            ToolCall(
+                "edit", {"newString": "#include", "filename": "foo.c", "oldString": "#iclunde"}
+            ),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: tool_2req_4opt, req2 first",
+        "<tool_call>\n<function=tool_2req_4opt>\n<parameter=req2>\n42\n</parameter>\n"
+        "<parameter=req1>\nhello\n</parameter>\n<parameter=opt2>\n200\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (ToolCall("tool_2req_4opt", {"req2": 42, "req1": "hello", "opt2": 200}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: tool_2req_4opt, optional arguments reversed",
+        "<tool_call>\n<function=tool_2req_4opt>\n<parameter=req1>\nhello\n</parameter>\n"
+        "<parameter=req2>\n42\n</parameter>\n<parameter=opt4>\n100\n</parameter>\n"
+        "<parameter=opt2>\n200\n</parameter>\n</function>\n</tool_call>",
+        (ToolCall("tool_2req_4opt", {"req1": "hello", "req2": 42, "opt4": 100, "opt2": 200}),),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: tool_2req_5opt, optional arguments reversed",
+        "<tool_call>\n<function=tool_2req_5opt>\n<parameter=req1>\nworld\n</parameter>\n"
+        "<parameter=req2>\n7\n</parameter>\n<parameter=opt5>\nlast\n</parameter>\n"
+        "<parameter=opt3>\nmiddle\n</parameter>\n<parameter=opt1>\nfirst\n</parameter>\n"
+        "</function>\n</tool_call>",
+        (
+            ToolCall(
+                "tool_2req_5opt",
+                {"req1": "world", "req2": 7, "opt5": "last", "opt3": "middle", "opt1": "first"},
+            ),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    Case(
+        LLAMA_QC,
+        "Qwen3-Coder: tool_2req_5opt, all optional arguments shuffled",
+        "<tool_call>\n<function=tool_2req_5opt>\n<parameter=req1>\ntest\n</parameter>\n"
+        "<parameter=req2>\n99\n</parameter>\n<parameter=opt3>\nc\n</parameter>\n"
+        "<parameter=opt1>\na\n</parameter>\n<parameter=opt5>\ne\n</parameter>\n"
+        "<parameter=opt4>\n4\n</parameter>\n<parameter=opt2>\n2\n</parameter>\n</function>\n"
+        "</tool_call>",
+        (
+            ToolCall(
+                "tool_2req_5opt",
+                {
+                    "req1": "test",
+                    "req2": 99,
+                    "opt3": "c",
+                    "opt1": "a",
+                    "opt5": "e",
+                    "opt4": 4,
+                    "opt2": 2,
+                },
+            ),
+        ),
+        None,
+        LLAMA_QC_TOOLS,
+    ),
+    *[
+        Case(
+            LLAMA_QC,
+            f"Qwen3-Coder: {desc}",
+            f"<tool_call>\n<function={function}>\n{body}</function>\n</tool_call>",
+            (ToolCall(function, arguments),),
+            None,
+            LLAMA_QC_TOOLS,
+        )
+        for desc, function, body, arguments in (
+            (
+                'nullable string ["string", "null"]',
+                "set_nullable_str",
+                "<parameter=name>\nhello world\n</parameter>\n",
+                {"name": "hello world"},
+            ),
+            (
+                'nullable string, null first ["null", "string"]',
+                "set_nullable_str_nf",
+                "<parameter=name>\nhello world\n</parameter>\n",
+                {"name": "hello world"},
+            ),
+            (
+                'nullable integer ["integer", "null"]',
+                "set_nullable_int",
+                "<parameter=count>\n42\n</parameter>\n",
+                {"count": 42},
+            ),
+            (
+                "nullable string given null",
+                "set_nullable_str",
+                "<parameter=name>\nnull\n</parameter>\n",
+                {"name": None},
+            ),
+            (
+                "unions with string, a JSON object and a plain string",
+                "set_union",
+                '<parameter=value>\n{"a": 1}\n</parameter>\n<parameter=amount>\n2 dollars\n'
+                "</parameter>\n",
+                {"value": {"a": 1}, "amount": "2 dollars"},
+            ),
+            (
+                "unions with string, invalid JSON and an integer",
+                "set_union",
+                "<parameter=value>\n{not valid json\n</parameter>\n<parameter=amount>\n42\n"
+                "</parameter>\n",
+                {"value": "{not valid json", "amount": 42},
+            ),
+            (
+                "enum without a type key",
+                "set_unit",
+                "<parameter=unit>\ncelsius\n</parameter>\n",
+                {"unit": "celsius"},
+            ),
+        )
+    ],
 ]
 
 
