@@ -106,6 +106,24 @@ LLAMA_SPECIAL_CALL = (
     "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
     "</tool_call>"
 )
+LLAMA_PARALLEL = (
+    LLAMA_SPECIAL_CALL + "\n<tool_call>\n<function=special_function_with_opt>\n"
+    "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n"
+    "</tool_call>"
+)
+LLAMA_SPECIAL = ToolCall("special_function", {"arg1": 1})
+LLAMA_PWD = ToolCall("run_in_terminal", {"command": "pwd"})
+LLAMA_PARALLEL_CALLS = (
+    LLAMA_SPECIAL,
+    ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
+)
+LLAMA_PYTHON = (
+    "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n"
+    '    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>'
+)
+LLAMA_PYTHON_CALL = ToolCall(
+    "python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'}
+)
 LLAMA_PWD_CALL = (
     "<tool_call>\n<function=run_in_terminal>\n<parameter=command>\npwd\n</parameter>\n"
     "</function>\n</tool_call>"
@@ -117,6 +135,46 @@ WEATHER_DALLAS = (
     "</function>\n</tool_call>"
 )
 DALLAS = ToolCall("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+RECTANGLE = ToolCall(
+    "calculate_area",
+    {"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2},
+)
+WEATHER_PARALLEL = (
+    WEATHER_DALLAS + "\n" + WEATHER_DALLAS.replace("Dallas", "Orlando").replace("TX", "FL")
+)
+ORLANDO = ToolCall("get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"})
+WEATHER_DALLAS_TX = (
+    "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
+    "<parameter=state>\nTX\n</parameter>\n</function>\n</tool_call>"
+)
+DALLAS_TX = ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"})
+# vLLM's type-conversion case, which SGLang's older class copies
+TYPES_TEXT = (
+    "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
+    "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n"
+    "</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n"
+    '<parameter=obj_param>\n{"key": "value"}\n</parameter>\n</function>\n</tool_call>'
+)
+TYPES_CALL = ToolCall(
+    "test_types",
+    {
+        "int_param": 42,
+        "float_param": 3.14,
+        "bool_param": True,
+        "str_param": "hello world",
+        "obj_param": {"key": "value"},
+    },
+)
+TYPES_TOOLS = [
+    tool(
+        "test_types",
+        int_param="integer",
+        float_param="float",
+        bool_param="boolean",
+        str_param="string",
+        obj_param="object",
+    )
+]
 
 # vLLM test_qwen3_xml_coder_shared.py: values that quote the call format
 VLLM_XML_TAGS_IN_CONTENT = (
@@ -182,25 +240,15 @@ CASES = [
         "<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
         '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n'
         "<parameter=precision>\n2\n</parameter>\n</function>\n</tool_call>",
-        (
-            ToolCall(
-                "calculate_area",
-                {"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2},
-            ),
-        ),
+        (RECTANGLE,),
         None,
         VLLM_TOOLS,
     ),
     Case(
         VLLM,
         "test_extract_tool_calls[parallel_tools]",
-        WEATHER_DALLAS + "\n" + WEATHER_DALLAS.replace("Dallas", "Orlando").replace("TX", "FL"),
-        (
-            DALLAS,
-            ToolCall(
-                "get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"}
-            ),
-        ),
+        WEATHER_PARALLEL,
+        (DALLAS, ORLANDO),
         None,
         VLLM_TOOLS,
     ),
@@ -232,33 +280,10 @@ CASES = [
     Case(
         VLLM,
         "test_extract_tool_calls_type_conversion",
-        "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
-        "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n"
-        "</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n"
-        '<parameter=obj_param>\n{"key": "value"}\n</parameter>\n</function>\n</tool_call>',
-        (
-            ToolCall(
-                "test_types",
-                {
-                    "int_param": 42,
-                    "float_param": 3.14,
-                    "bool_param": True,
-                    "str_param": "hello world",
-                    "obj_param": {"key": "value"},
-                },
-            ),
-        ),
+        TYPES_TEXT,
+        (TYPES_CALL,),
         None,
-        [
-            tool(
-                "test_types",
-                int_param="integer",
-                float_param="float",
-                bool_param="boolean",
-                str_param="string",
-                obj_param="object",
-            )
-        ],
+        TYPES_TOOLS,
     ),
     Case(
         VLLM,
@@ -412,10 +437,8 @@ CASES = [
     Case(
         VLLM,
         "test_extract_tool_calls_streaming_incremental",
-        "I'll check the weather.<tool_call>\n<function=get_current_weather>\n"
-        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
-        "</function>\n</tool_call>",
-        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "I'll check the weather." + WEATHER_DALLAS_TX,
+        (DALLAS_TX,),
         "I'll check the weather.",
         VLLM_TOOLS,
     ),
@@ -427,16 +450,7 @@ CASES = [
         "</parameter>\n</function>\n</tool_call>",
         (ToolCall("test_types", {"obj_param": "{'key': 'value'}"}),),
         None,
-        [
-            tool(
-                "test_types",
-                int_param="integer",
-                float_param="float",
-                bool_param="boolean",
-                str_param="string",
-                obj_param="object",
-            )
-        ],
+        TYPES_TOOLS,
         differs="vLLM reads the single-quoted object as a Python literal ({'key': 'value'}); "
         "we accept only JSON for an object schema, so the value stays the string",
     ),
@@ -991,25 +1005,15 @@ CASES = [
         "<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
         '<parameter=dimensions>\n{"width": 10,\n "height": 20}\n</parameter>\n'
         "<parameter=precision>\n2\n</parameter>\n</function>\n</tool_call>",
-        (
-            ToolCall(
-                "calculate_area",
-                {"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2},
-            ),
-        ),
+        (RECTANGLE,),
         None,
         VLLM_TOOLS,
     ),
     Case(
         SGLANG_SRT,
         "test_detect_and_parse_parallel_tools",
-        WEATHER_DALLAS + "\n" + WEATHER_DALLAS.replace("Dallas", "Orlando").replace("TX", "FL"),
-        (
-            DALLAS,
-            ToolCall(
-                "get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"}
-            ),
-        ),
+        WEATHER_PARALLEL,
+        (DALLAS, ORLANDO),
         None,
         VLLM_TOOLS,
         differs="SGLang returns the newline between the two calls as normal_text ('\\n'); "
@@ -1018,19 +1022,16 @@ CASES = [
     Case(
         SGLANG_SRT,
         "test_parse_streaming_simple",
-        "Sure! Let me check the weather.<tool_call>\n<function=get_current_weather>\n"
-        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
-        "</function>\n</tool_call>",
-        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "Sure! Let me check the weather." + WEATHER_DALLAS_TX,
+        (DALLAS_TX,),
         "Sure! Let me check the weather.",
         VLLM_TOOLS,
     ),
     Case(
         SGLANG_SRT,
         "test_parse_streaming_incomplete (completed)",
-        "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n"
-        "<parameter=state>\nTX\n</parameter>\n</function>\n</tool_call>",
-        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        WEATHER_DALLAS_TX,
+        (DALLAS_TX,),
         None,
         VLLM_TOOLS,
     ),
@@ -1054,41 +1055,16 @@ CASES = [
     Case(
         SGLANG_SRT,
         "test_extract_tool_calls_type_conversion",
-        "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n"
-        "<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n"
-        "</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n"
-        '<parameter=obj_param>\n{"key": "value"}\n</parameter>\n</function>\n</tool_call>',
-        (
-            ToolCall(
-                "test_types",
-                {
-                    "int_param": 42,
-                    "float_param": 3.14,
-                    "bool_param": True,
-                    "str_param": "hello world",
-                    "obj_param": {"key": "value"},
-                },
-            ),
-        ),
+        TYPES_TEXT,
+        (TYPES_CALL,),
         None,
-        [
-            tool(
-                "test_types",
-                int_param="integer",
-                float_param="float",
-                bool_param="boolean",
-                str_param="string",
-                obj_param="object",
-            )
-        ],
+        TYPES_TOOLS,
     ),
     Case(
         SGLANG_SRT,
         "test_parse_streaming_incremental",
-        "I'll check the weather.<tool_call>\n<function=get_current_weather>\n"
-        "<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n"
-        "</function>\n</tool_call>",
-        (ToolCall("get_current_weather", {"city": "Dallas", "state": "TX"}),),
+        "I'll check the weather." + WEATHER_DALLAS_TX,
+        (DALLAS_TX,),
         "I'll check the weather.",
         VLLM_TOOLS,
     ),
@@ -1300,7 +1276,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: message_assist_call (thinking off)",
         LLAMA_SPECIAL_CALL,
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_UP_TOOLS,
     ),
@@ -1308,7 +1284,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: message_assist_call_thoughts",
         "I'm\nthinking\n</think>\n\n" + LLAMA_SPECIAL_CALL,
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1317,22 +1293,16 @@ CASES = [
     Case(
         LLAMA_UP,
         "Qwen3.5: parallel special_function, special_function_with_opt",
-        LLAMA_SPECIAL_CALL + "\n<tool_call>\n<function=special_function_with_opt>\n"
-        "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n"
-        "</tool_call>",
-        (
-            ToolCall("special_function", {"arg1": 1}),
-            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
-        ),
+        LLAMA_PARALLEL,
+        LLAMA_PARALLEL_CALLS,
         None,
         LLAMA_UP_TOOLS,
     ),
     Case(
         LLAMA_UP,
         "Qwen3.5: python code with a blank line",
-        "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n"
-        '    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>',
-        (ToolCall("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'}),),
+        LLAMA_PYTHON,
+        (LLAMA_PYTHON_CALL,),
         None,
         LLAMA_UP_TOOLS,
     ),
@@ -1387,7 +1357,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: a tool call ends the prefilled thinking block",
         LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1396,7 +1366,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: ...including after the model has thought about it",
         "Need to inspect the current directory.\n" + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1422,7 +1392,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: <think> written again after the primer",
         "<think>\n\n</think>\n\n" + LLAMA_SPECIAL_CALL,
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_UP_TOOLS,
         differs="llama.cpp keeps the repeated <think> as reasoning text ('<think>\\n\\n'); "
@@ -1433,7 +1403,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: </think> alone, then a call",
         "</think>\n\n" + LLAMA_SPECIAL_CALL,
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1442,7 +1412,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: </think> alone, then a run_in_terminal call",
         "</think>\n\n" + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1451,7 +1421,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: </think>, content, then a call",
         "</think>\n\nLet me inspect the current directory.\n" + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         "Let me inspect the current directory.",
         LLAMA_UP_TOOLS,
         differs="llama.cpp keeps the newline before <tool_call> in content "
@@ -1462,7 +1432,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: reasoning, content, then a call",
         "I should inspect the directory.\n</think>\n\nLet me inspect it now.\n" + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         "Let me inspect it now.",
         LLAMA_UP_TOOLS,
         differs="llama.cpp keeps the newline before <tool_call> in content "
@@ -1474,7 +1444,7 @@ CASES = [
         LLAMA_UP,
         "Qwen3.5: after a todo-list turn, reasoning then a call",
         "I need to run a terminal command.\n</think>\n\n" + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         None,
         LLAMA_UP_TOOLS,
         thinking=True,
@@ -1485,7 +1455,7 @@ CASES = [
         "Qwen3.5: after a todo-list turn, reasoning, content, then a call",
         "I need to run a terminal command.\n</think>\n\nLet me inspect the current directory.\n"
         + LLAMA_PWD_CALL,
-        (ToolCall("run_in_terminal", {"command": "pwd"}),),
+        (LLAMA_PWD,),
         "Let me inspect the current directory.",
         LLAMA_UP_TOOLS,
         differs="llama.cpp keeps the newline before <tool_call> in content "
@@ -1506,7 +1476,7 @@ CASES = [
         LLAMA_QC,
         "Qwen3-Coder: message_assist_call",
         LLAMA_SPECIAL_CALL,
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_QC_TOOLS,
     ),
@@ -1514,7 +1484,7 @@ CASES = [
         LLAMA_QC,
         "Qwen3-Coder: the opening <tool_call> skipped",
         "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         None,
         LLAMA_QC_TOOLS,
     ),
@@ -1523,7 +1493,7 @@ CASES = [
         "Qwen3-Coder: content, then a call without <tool_call>",
         "Let me call it.\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
         "</function>\n</tool_call>",
-        (ToolCall("special_function", {"arg1": 1}),),
+        (LLAMA_SPECIAL,),
         "Let me call it.",
         LLAMA_QC_TOOLS,
         differs="llama.cpp keeps the newline before the call in content ('Let me call it.\\n'); "
@@ -1535,32 +1505,23 @@ CASES = [
         "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
         "</tool_call>\n<tool_call>\n<function=special_function_with_opt>\n<parameter=arg1>\n1\n"
         "</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n</tool_call>",
-        (
-            ToolCall("special_function", {"arg1": 1}),
-            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
-        ),
+        LLAMA_PARALLEL_CALLS,
         None,
         LLAMA_QC_TOOLS,
     ),
     Case(
         LLAMA_QC,
         "Qwen3-Coder: parallel calls",
-        LLAMA_SPECIAL_CALL + "\n<tool_call>\n<function=special_function_with_opt>\n"
-        "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n"
-        "</tool_call>",
-        (
-            ToolCall("special_function", {"arg1": 1}),
-            ToolCall("special_function_with_opt", {"arg1": 1, "arg2": 2}),
-        ),
+        LLAMA_PARALLEL,
+        LLAMA_PARALLEL_CALLS,
         None,
         LLAMA_QC_TOOLS,
     ),
     Case(
         LLAMA_QC,
         "Qwen3-Coder: code content (multiline)",
-        "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n"
-        '    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>',
-        (ToolCall("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'}),),
+        LLAMA_PYTHON,
+        (LLAMA_PYTHON_CALL,),
         None,
         LLAMA_QC_TOOLS,
     ),
