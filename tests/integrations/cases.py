@@ -10,6 +10,7 @@ from typing import Any
 
 from qwen_encode import markers as mk
 from qwen_encode.conversation import ToolCall, Turn
+from qwen_encode.parser import parse_completion
 from qwen_encode.protocol import format_turn
 
 WEATHER = {
@@ -199,3 +200,37 @@ ALL = REALISTIC + round_trips(40)
 def cuts(count: int, rng: random.Random) -> list[int]:
     """Random multi-token delta sizes (1 to 7 tokens)."""
     return [rng.randint(1, 7) for _ in range(count)]
+
+
+# Requests the prompt-side tests render through each engine: no caller text spells a marker.
+CONVERSATIONS = [
+    [{"role": "user", "content": "Weather in Paris?"}],
+    [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "reasoning_content": "Need the weather.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ],
+]
+
+
+def client_reading(case: Case) -> tuple[Any, str]:
+    """What a client of either engine must receive for ``case``: (reasoning, content, calls) as
+    ``qe.parse_completion`` reads the output, and the finish reason."""
+    if case is UNTERMINATED:
+        # Cut off inside a call: nothing dispatched, the answer's raw text is the content.
+        return ("Checking.", case.text.split("</think>", 1)[1].strip(), []), "stop"
+    got = parse_completion(case.text, tools=case.tools, thinking=case.thinking)
+    calls = [(c.name, dict(c.arguments)) for c in got.tool_calls]
+    return (got.reasoning, got.content or None, calls), "tool_calls" if calls else "stop"

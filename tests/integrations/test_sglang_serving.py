@@ -16,8 +16,6 @@ from unittest.mock import Mock
 
 import pytest
 
-import qwen_encode as qe
-
 pytest.importorskip(
     "sglang",
     reason="SGLang is not installed: scripts/integration_env.sh sglang builds a venv with it",
@@ -26,7 +24,7 @@ pytest.importorskip(
 from qwen_encode import markers as mk
 from qwen_encode.integrations.sglang import register
 
-from .cases import ALL, TOOLS, UNTERMINATED, Case
+from .cases import ALL, CONVERSATIONS, TOOLS, UNTERMINATED, Case, client_reading
 from .sglang_server import make_serving
 from .sse import message_reading, sse_chunks, streamed_reading
 
@@ -69,28 +67,6 @@ def _ids(serving: Any, **body: Any) -> list[int]:
 def _control_tokens(ids: list[int], tokenizer: Any) -> int:
     added = {tokenizer.convert_tokens_to_ids(m) for m in mk.ALL_ADDED_TOKENS}
     return sum(1 for token in ids if token in added)
-
-
-CONVERSATIONS = [
-    [{"role": "user", "content": "Weather in Paris?"}],
-    [
-        {"role": "system", "content": "Be terse."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {
-            "role": "assistant",
-            "content": "Checking.",
-            "reasoning_content": "Need the weather.",
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
-    ],
-]
 
 
 def test_the_encoding_is_chosen_by_the_parser_name(ours: Any, stock: Any) -> None:
@@ -176,14 +152,6 @@ print(chat_encoding.resolve_chat_encoding_spec(hf_config=None, tokenizer=None,
 # -- what the client receives ------------------------------------------------------------------
 
 
-def _expected(case: Case) -> tuple[Any, str]:
-    if case is UNTERMINATED:
-        return ("Checking.", case.text.split("</think>", 1)[1].strip(), []), "stop"
-    got = qe.parse_completion(case.text, tools=case.tools, thinking=case.thinking)
-    calls = [(c.name, dict(c.arguments)) for c in got.tool_calls]
-    return (got.reasoning, got.content or None, calls), "tool_calls" if calls else "stop"
-
-
 async def _answer(serving: Any, case: Case, stream: bool) -> Any:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 
@@ -213,6 +181,6 @@ async def _answer(serving: Any, case: Case, stream: bool) -> Any:
 
 @pytest.mark.parametrize("case", [*ALL, UNTERMINATED], ids=lambda c: c.name)
 def test_the_client_receives_the_reading(ours: Any, case: Case) -> None:
-    expected = _expected(case)
+    expected = client_reading(case)
     assert asyncio.run(_answer(ours, case, stream=False)) == expected
     assert asyncio.run(_answer(ours, case, stream=True)) == expected

@@ -17,11 +17,10 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/integration_env.sh vllm builds a venv with it"
 )
 
-import qwen_encode as qe
 from qwen_encode import markers as mk
 from qwen_encode.integrations.vllm import register
 
-from .cases import ALL, TOOLS, UNTERMINATED, Case, cuts
+from .cases import ALL, CONVERSATIONS, TOOLS, UNTERMINATED, Case, client_reading, cuts
 from .sse import message_reading, sse_chunks, streamed_reading
 from .vllm_server import Server, make_server
 
@@ -38,15 +37,6 @@ def stock(qwen38_dir: Path) -> Server:
 @pytest.fixture(scope="module")
 def ours(qwen38_dir: Path) -> Server:
     return make_server(qwen38_dir, renderer="qwen_encode")
-
-
-def _expected(case: Case) -> tuple[Any, str]:
-    if case is UNTERMINATED:
-        # Cut off inside a call: nothing dispatched, the answer's raw text is the content.
-        return ("Checking.", case.text.split("</think>", 1)[1].strip(), []), "stop"
-    got = qe.parse_completion(case.text, tools=case.tools, thinking=case.thinking)
-    calls = [(c.name, dict(c.arguments)) for c in got.tool_calls]
-    return (got.reasoning, got.content or None, calls), "tool_calls" if calls else "stop"
 
 
 def _ask(server: Server, case: Case, stream: bool, sizes: list[int] | None = None) -> Any:
@@ -74,7 +64,7 @@ def test_the_client_receives_the_reading(
     request: pytest.FixtureRequest, renderer: str, case: Case
 ) -> None:
     server = request.getfixturevalue(renderer)
-    expected = _expected(case)
+    expected = client_reading(case)
     assert _ask(server, case, stream=False) == expected
     assert _ask(server, case, stream=True) == expected
     rng = random.Random(case.name)
@@ -103,7 +93,7 @@ def test_derender_reads_as_the_chat_endpoint(ours: Server, case: Case) -> None:
     ids = ours.tokenizer.encode(case.text, add_special_tokens=False)
     response = ours.derender(request, prompt, [*ids, ours.tokenizer.eos_token_id])
     assert response.status_code == 200, response.text
-    assert message_reading(response.json()) == _expected(case)
+    assert message_reading(response.json()) == client_reading(case)
 
 
 # -- the prompt side ---------------------------------------------------------------------------
@@ -138,26 +128,7 @@ def _as_vllm_passes(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_engine_gets_qwen_encodes_ids(ours: Server, stock: Server) -> None:
     encoder = ours.renderer.encoder
     tools = _as_vllm_passes(TOOLS)
-    conversations = [
-        [{"role": "user", "content": "Weather in Paris?"}],
-        [
-            {"role": "system", "content": "Be terse."},
-            {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": "Checking.",
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
-        ],
-    ]
-    for messages in conversations:
+    for messages in CONVERSATIONS:
         for kwargs in ({}, {"enable_thinking": False}, {"reasoning_effort": "low"}):
             body = {"messages": messages, "tools": TOOLS, "chat_template_kwargs": kwargs}
             ids = _prompt(ours, body)

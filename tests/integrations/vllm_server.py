@@ -207,16 +207,17 @@ def make_server(
     models = OpenAIServingModels(
         engine_client=engine, base_model_paths=[BaseModelPath(name=MODEL, model_path=MODEL)]
     )
-    online = OnlineRenderer(
+    # What vLLM's app state gives its renderer and derenderer alike.
+    common: dict[str, Any] = dict(
         model_config=config,
         renderer=chosen,
         request_logger=None,
         chat_template=None,
         chat_template_content_format="auto",
         enable_auto_tools=parsers,
-        reasoning_effort_map=reasoning_effort_map,
         **names,
     )
+    online = OnlineRenderer(**common, reasoning_effort_map=reasoning_effort_map)
     serving = OpenAIServingChat(
         engine,
         models,
@@ -228,15 +229,7 @@ def make_server(
         enable_auto_tools=parsers,
         **names,
     )
-    derenderer = OnlineDerenderer(
-        model_config=config,
-        renderer=chosen,
-        request_logger=None,
-        chat_template=None,
-        chat_template_content_format="auto",
-        enable_auto_tools=parsers,
-        **names,
-    )
+    derenderer = OnlineDerenderer(**common)
     app = FastAPI()
     attach_router(app)
     attach_derender_router(app)
