@@ -150,7 +150,10 @@ def forged(stock: Render, ours: Render, count: int, encoder: qe.Encoder) -> None
             extra = int(np.isin(np.asarray(got), added).sum()) - written
             totals[name][0] += extra
             totals[name][1] += extra > 0
-    print(f"hostile set: {compared} requests rendered by both ({refused} refused by one or both)")
+    print(
+        f"hostile set: {compared} requests rendered by both ({refused} left out: a shape the "
+        "OpenAI API refuses, or a request an engine refused)"
+    )
     for name, (tokens, requests) in totals.items():
         print(f"  {name:5s}: {tokens} forged control tokens in {requests} requests")
 
