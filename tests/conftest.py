@@ -3,7 +3,9 @@ copied) and the transformers oracle. Tests that need them skip with the reason w
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -11,6 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINTS = ROOT.parent / "shared" / "checkpoints"
 QWEN38 = CHECKPOINTS / "qwen3.8-27b"
 QWEN3 = CHECKPOINTS / "qwen3"
+
+
+def load_example(name: str) -> ModuleType:
+    """``examples/NAME.py`` as a module: the examples are scripts, not a package, and the tests
+    drive their functions as a user's code would."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _require(path: Path) -> Path:

@@ -5,7 +5,6 @@ http.server; no engine) and a stand-in for llama-cpp-python's ``Llama``: the pro
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -20,13 +19,10 @@ from qwen_encode.cli import main as cli_main
 from tests.gguf_files import TINY, write_gguf
 from tests.test_examples_serving import OUTPUT, TOOLS
 
+from .conftest import load_example
+
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location(
-    "llama_cpp_recipe", ROOT / "examples" / "llama_cpp.py"
-)
-assert _spec is not None and _spec.loader is not None
-recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(recipe)
+recipe = load_example("llama_cpp")
 
 REQUEST = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
 

@@ -5,7 +5,6 @@ them, streaming or not."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -18,15 +17,12 @@ import pytest
 import qwen_encode as qe
 from qwen_encode.cli import main as cli_main
 
+from .conftest import load_example
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "fixtures" / "qwen3.8-tiny"
 
-_spec = importlib.util.spec_from_file_location(
-    "vllm_completions", ROOT / "examples" / "vllm_completions.py"
-)
-assert _spec is not None and _spec.loader is not None
-recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(recipe)
+recipe = load_example("vllm_completions")
 
 TOOLS = [
     {

@@ -5,7 +5,6 @@ trains exactly the returned IDs with the returned log-probabilities."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -19,15 +18,12 @@ import pytest
 import qwen_encode as qe
 from qwen_encode import provenance as pv
 
+from .conftest import load_example
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "fixtures" / "qwen3.8-tiny"
 
-_spec = importlib.util.spec_from_file_location(
-    "rollout_loop", ROOT / "examples" / "rollout_loop.py"
-)
-assert _spec is not None and _spec.loader is not None
-recipe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(recipe)
+recipe = load_example("rollout_loop")
 
 TOOLS = [
     {
