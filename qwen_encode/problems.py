@@ -7,7 +7,7 @@ without breaking anything that acts on it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeAlias
 
 Severity: TypeAlias = Literal["problem", "warning", "note"]
@@ -31,13 +31,7 @@ class Problem:
         return f"{self.where}: {self.message}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "where": self.where,
-            "message": self.message,
-            "severity": self.severity,
-            "rule": self.rule,
-        }
+        return asdict(self)
 
 
 class Findings(list[Problem]):

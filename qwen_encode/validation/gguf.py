@@ -39,7 +39,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 import tokenizers
@@ -118,13 +118,7 @@ class SpecialId:
     rule: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "token": self.token,
-            "verdict": self.verdict,
-            "rule": self.rule,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
