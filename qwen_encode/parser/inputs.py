@@ -246,9 +246,22 @@ class _IdSplitter(_Splitter):
             self._emit(pieces, marker, self.position - 1, None)
         if self.pending:
             self._flush_complete(pieces)
-        if self.trail and self.decode(self.trail).strip():
+        if self.trail and self._trail_is_text(final=False):
             self._release(pieces)
         return pieces
+
+    def _trail_is_text(self, final: bool) -> bool:
+        """Whether the tokens after a held stop decode to more than whitespace. Until the output
+        ends, a character the stream cut (its last bytes still to come, at most 3 tokens) is
+        not judged yet: "\x85" arrives as two byte tokens and is whitespace once whole."""
+        text = self.decode(self.trail)
+        if not final and text.endswith(_REPLACEMENT):
+            for keep in range(1, min(3, len(self.trail)) + 1):
+                prefix = self.decode(self.trail[:-keep])
+                if not prefix.endswith(_REPLACEMENT):
+                    return bool(prefix.strip())
+            return False
+        return bool(text.strip())
 
     def _holds(self, token: int, pieces: list[Piece]) -> bool:
         """A token after a held stop: whether it is held too (the stop may still end the
@@ -281,6 +294,8 @@ class _IdSplitter(_Splitter):
 
     def end(self) -> list[Piece]:
         pieces: list[Piece] = []
+        if self.trail and self._trail_is_text(final=True):
+            self._release(pieces)
         self._flush(pieces)
         if self.held:
             self.stop = tuple(self.markers[token][1] for token, _ in self.held)
