@@ -33,32 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import qwen_encode as qe  # noqa: E402
-from tests.conformance.corpus import generate  # noqa: E402
+from tests.conformance.corpus import chat_request, generate  # noqa: E402
 
 Render = Callable[[dict[str, Any]], "list[int] | None"]
 
 
 def _body(case: dict[str, Any]) -> dict[str, Any] | None:
-    """The corpus case as an OpenAI chat request body, or None where it has content parts (text
-    only here: images need the engine's multimodal processor, which needs a real model)."""
-    for message in case["messages"]:
-        if not isinstance(message.get("content"), (str, type(None))):
-            return None
-    kwargs = dict(case["kwargs"])
-    top = {
-        key: kwargs.pop(key)
-        for key in ("add_generation_prompt", "continue_final_message")
-        if key in kwargs
-    }
-    if top.get("continue_final_message"):
-        top["add_generation_prompt"] = False
-    return {
-        "model": "qwen3.8",
-        "messages": case["messages"],
-        "tools": case["tools"],
-        "chat_template_kwargs": kwargs,
-        **top,
-    }
+    body = chat_request(case)
+    return None if body is None else {"model": "qwen3.8", **body}
 
 
 def _vllm(checkpoint: Path) -> tuple[Render, Render, qe.Encoder]:

@@ -251,3 +251,35 @@ def generate(count: int = 640, seed: int = 38, markers: bool = False) -> list[di
             kwargs["continue_final_message"] = True
         cases.append({"messages": messages, "tools": tools or None, "kwargs": kwargs})
     return cases
+
+
+def text_only(messages: list[dict[str, Any]]) -> bool:
+    """Whether every message's content is text (a string, none, or text parts): images need an
+    engine's multimodal processor, which needs a real model."""
+    return all(
+        isinstance(m.get("content"), (str, type(None)))
+        or all(isinstance(part, dict) and part.get("type") == "text" for part in m["content"])
+        for m in messages
+    )
+
+
+def chat_request(case: dict[str, Any]) -> dict[str, Any] | None:
+    """A case as an OpenAI chat completion request body (for the engines' request paths), or None
+    when it is not ``text_only``. The template options become ``chat_template_kwargs``, except
+    the two that are request fields."""
+    if not text_only(case["messages"]):
+        return None
+    kwargs = dict(case["kwargs"])
+    top = {
+        key: kwargs.pop(key)
+        for key in ("add_generation_prompt", "continue_final_message")
+        if key in kwargs
+    }
+    if top.get("continue_final_message"):
+        top["add_generation_prompt"] = False  # the engines refuse both at once
+    return {
+        "messages": case["messages"],
+        "tools": case["tools"],
+        "chat_template_kwargs": kwargs,
+        **top,
+    }

@@ -143,37 +143,14 @@ def _requests() -> list[dict[str, Any]]:
     corpus cases the OpenAI API takes: text content, arguments as JSON strings)."""
     import json as _json
 
-    from tests.conformance.corpus import generate
-
-    def text_only(messages: list[dict[str, Any]]) -> bool:
-        # Images need vLLM's multimodal processor, which needs a real model.
-        return all(
-            isinstance(m.get("content"), (str, type(None)))
-            or all(part.get("type") == "text" for part in m["content"])
-            for m in messages
-        )
+    from tests.conformance.corpus import chat_request, generate, text_only
 
     lines = (ROOT / "examples" / "chat.jsonl").read_text(encoding="utf-8").splitlines()
     bodies = [body for body in map(_json.loads, lines) if text_only(body["messages"])]
     for case in generate(count=400, seed=21):
-        if not text_only(case["messages"]):
-            continue
-        kwargs = dict(case["kwargs"])
-        top = {
-            k: kwargs.pop(k)
-            for k in ("add_generation_prompt", "continue_final_message")
-            if k in kwargs
-        }
-        if top.get("continue_final_message"):
-            top["add_generation_prompt"] = False
-        bodies.append(
-            {
-                "messages": case["messages"],
-                "tools": case["tools"],
-                "chat_template_kwargs": kwargs,
-                **top,
-            }
-        )
+        body = chat_request(case)
+        if body is not None:
+            bodies.append(body)
     return bodies
 
 
