@@ -353,7 +353,9 @@ def test_ci_runs_the_readme_install_and_test_commands() -> None:
 
 # A tracker number ("issue 12", "#12") means nothing to a reader without our tracker; a peer's
 # public issue named with its project ("vLLM issue 57541") is evidence and stays.
-TRACKER = re.compile(r"(?<!vLLM )(?<!SGLang )(?<!llama\.cpp )(?<!TRL )\b[Ii]ssues? #?\d+|(?<![\w/&])#\d+\b")
+TRACKER = re.compile(
+    r"(?<!vLLM )(?<!SGLang )(?<!llama\.cpp )(?<!TRL )\b[Ii]ssues? #?\d+|(?<![\w/&])#\d+\b"
+)
 
 
 def test_docs_cite_no_tracker_numbers() -> None:

@@ -2,8 +2,8 @@
 
 Each case names its source file and test; its input and its expected value are the peer's own
 (only the inputs and expectations are taken, never their code). Where our rules differ on
-purpose, the case says ``differs=`` with our reading, and the README's "Parsing completions:
-differences from the peers" lists it with the peer's behaviour and ours. Every case is run in
+purpose, the case says ``differs=`` with our reading, and the docs' "Parsing completions:
+differences from the peers" (docs/guide/parsing.md) lists it with the peer's behaviour and ours. Every case is run in
 batch, streamed by text one character at a time, and streamed by byte IDs.
 """
 
@@ -210,7 +210,7 @@ class Case:
     calls: tuple[ToolCall, ...] | type[ParseError]
     content: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
-    differs: str = ""  # our reading where it differs from the peer's (README lists it)
+    differs: str = ""  # our reading where it differs from the peer's (the docs list it)
     thinking: bool = False  # the prompt's primer left the reasoning span open
     reasoning: str | None = None
 
@@ -1734,13 +1734,17 @@ def test_peer_case(case: Case) -> None:
         assert got.reasoning == case.reasoning, (how, case.source, case.test)
 
 
-def test_every_difference_is_in_the_readme() -> None:
+# Where the docs list every deliberate difference from a peer ("Differences from the peers").
+PARSING_PAGE = "docs/guide/parsing.md"
+
+
+def test_every_difference_is_in_the_docs() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parent.parent / PARSING_PAGE).read_text(encoding="utf-8")
     for case in CASES:
         if case.differs:
-            assert case.test in readme, f"README does not list {case.source} {case.test}"
+            assert case.test in page, f"{PARSING_PAGE} does not list {case.source} {case.test}"
 
 
 OLLAMA_VALUES = "ollama/ollama model/parsers/qwen3coder_test.go TestQwenToolCallValueParsing"
@@ -1940,13 +1944,13 @@ def test_ollama_parser_case(case: Case) -> None:
     test_peer_case(case)
 
 
-def test_every_ollama_difference_is_in_the_readme() -> None:
+def test_every_ollama_difference_is_in_the_docs() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parent.parent / PARSING_PAGE).read_text(encoding="utf-8")
     for case in OLLAMA_CASES:
         if case.differs:
-            assert case.test in readme, f"README does not list {case.source} {case.test}"
+            assert case.test in page, f"{PARSING_PAGE} does not list {case.source} {case.test}"
     for desc, *_, ours in VALUE_CASES:
         if ours is not None:
-            assert desc in readme, f"README does not list {OLLAMA_VALUES} {desc}"
+            assert desc in page, f"{PARSING_PAGE} does not list {OLLAMA_VALUES} {desc}"
