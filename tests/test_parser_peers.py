@@ -3,8 +3,8 @@
 Each case names its source file and test; its input and its expected value are the peer's own
 (only the inputs and expectations are taken, never their code). Where our rules differ on
 purpose, the case says ``differs=`` with our reading, and the docs' "Parsing completions:
-differences from the peers" (docs/guide/parsing.md) lists it with the peer's behaviour and ours. Every case is run in
-batch, streamed by text one character at a time, and streamed by byte IDs.
+differences from the peers" (docs/guide/parsing.md) lists it with the peer's behaviour and ours.
+Every case is run in batch, streamed by text one character at a time, and streamed by byte IDs.
 """
 
 from __future__ import annotations
