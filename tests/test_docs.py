@@ -76,6 +76,7 @@ REQUIREMENTS: dict[str, tuple[Callable[[], bool], str]] = {
         "needs the network (PyPI, the Hugging Face hub, object storage); tests run offline",
     ),
     "server": (_never, "starts or talks to a long-running server: run it by hand"),
+    "weights": (_never, "needs a model's weights, which the tests never load"),
     "checkpoints": (
         lambda: (SHARED / "checkpoints").is_dir(),
         "the real checkpoints (../shared/checkpoints) are absent",
