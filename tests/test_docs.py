@@ -317,8 +317,13 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for command in ("encode", "render", "validate", "parse"):
         assert f"qwen-encode {command} --help" in cli, command
     api = (tmp_path / "reference" / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("Encoder", "format_prompt", "parse_completion", "StreamParser", "ChatSession"):
+    import qwen_encode
+
+    for name in qwen_encode.__all__:  # every public name, documented or not
         assert f'id="qwen_encode.{name}"' in api, name
+    for page, name in (("parser", "parser.StreamParser"), ("data", "data.encode_table")):
+        html = (tmp_path / "reference" / page / "index.html").read_text(encoding="utf-8")
+        assert f'id="qwen_encode.{name}"' in html, name
 
 
 def test_readme_is_short() -> None:
