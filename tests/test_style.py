@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = ["qwen_encode", "tests", "scripts"]
+PATHS = ["qwen_encode", "tests", "scripts", "docs"]  # docs: the mkdocs hooks
 
 
 def _ruff() -> list[str]:
