@@ -206,10 +206,19 @@ def _run_bash(block: Block, run: PageRun) -> str:
     return done.stdout
 
 
-def _check_output(block: Block, run: PageRun, page_blocks: list[Block]) -> None:
-    before = [b for b in page_blocks if b.line < block.line and b.lang in {"python", "bash"}]
-    assert before, f"{block.name}: an output block with no block before it"
-    source = before[-1]
+def _source_of(block: Block) -> Block | None:
+    """The block whose output an output block shows: the last python or bash block before it."""
+    before = [
+        b
+        for b in BLOCKS
+        if b.page == block.page and b.line < block.line and b.lang in {"python", "bash"}
+    ]
+    return before[-1] if before else None
+
+
+def _check_output(block: Block, run: PageRun) -> None:
+    source = _source_of(block)
+    assert source is not None, f"{block.name}: an output block with no block before it"
     assert source.line in run.outputs, f"{block.name}: {source.name} did not run"
     actual = [line.rstrip() for line in run.outputs[source.line].split("\n")]
     position = 0
@@ -225,7 +234,7 @@ def _check_output(block: Block, run: PageRun, page_blocks: list[Block]) -> None:
         position += 1
 
 
-def _execute(block: Block, run: PageRun, page_blocks: list[Block]) -> None:
+def _execute(block: Block, run: PageRun) -> None:
     if block.lang == "python":
         run.outputs[block.line] = _run_python(block, run)
     elif block.lang == "bash":
@@ -233,7 +242,7 @@ def _execute(block: Block, run: PageRun, page_blocks: list[Block]) -> None:
     elif block.lang == "json":
         json.loads(block.code)
     elif block.mark("output") is not None:
-        _check_output(block, run, page_blocks)
+        _check_output(block, run)
     else:  # pragma: no cover - ruled out by the checks in test_block
         raise AssertionError(block.name)
 
@@ -264,7 +273,7 @@ def _run_through(block: Block, tmp_path_factory: pytest.TempPathFactory) -> None
             error = None
         else:
             try:
-                _execute(earlier, run, page_blocks)
+                _execute(earlier, run)
                 error = None
             except BaseException as exc:
                 error = exc
@@ -295,6 +304,10 @@ def test_block(block: Block, tmp_path_factory: pytest.TempPathFactory) -> None:
             "or <!-- not-run: REASON --> comment"
         )
     reason = _skip_reason(block)
+    if reason is None and block.mark("output") is not None:
+        source = _source_of(block)
+        if source is not None and _skip_reason(source) is not None:
+            reason = f"shows the output of {source.name}, which is skipped"
     if reason is not None:
         pytest.skip(reason)
     _run_through(block, tmp_path_factory)
