@@ -56,6 +56,7 @@ from .chat_request import (
 )
 from .errors import PromptError, shown
 from .files import atomic_path
+from .json_text import JSONTextError, loads
 
 if TYPE_CHECKING:
     import datasets
@@ -114,10 +115,10 @@ def _row_prompt(row: dict[str, Any]) -> Prompt:
         # JSON text in a string column: the way nested, heterogeneous values survive Parquet.
         if isinstance(row.get(name), str):
             try:
-                row[name] = json.loads(row[name])
-            except (ValueError, RecursionError) as error:
+                row[name] = loads(row[name])
+            except JSONTextError as error:
                 raise RecordError(
-                    "RequestError", f'"{name}" is not valid JSON text: {error}'
+                    "RequestError", f'"{name}" is not valid JSON text: {error.detail}'
                 ) from None
     try:
         options = request_options(row)
@@ -568,9 +569,9 @@ def encode_ray(
     with every core of this machine.
 
     Resources are set so the read tasks always get a slot: with actors at 1 CPU each on a 2-CPU
-    machine, two actors held every CPU and the read tasks that feed them waited forever (the hang
-    issue 12 measured). Here the actors ask for every CPU but one between them (see below);
-    ``actors`` defaults to the cluster's CPU count.
+    machine, two actors held every CPU and the read tasks that feed them waited forever (a hang
+    seen on a 2-core machine). Here the actors ask for every CPU but one between them (see
+    below); ``actors`` defaults to the cluster's CPU count.
 
     The output folder appears whole or not at all: Ray writes into a staging folder beside it,
     renamed into place when every task has finished. ``inputs`` is a Parquet file, a folder or a

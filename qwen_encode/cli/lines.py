@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..batch import RecordError, error_parts
+from ..json_text import JSONTextError, loads
 from .common import DEFAULT_BATCH, EXIT_LINES_FAILED, EXIT_OK, PROG, UsageError, warn
 from .output import AtomicOutput
 from .progress import Progress
@@ -117,15 +118,10 @@ def read_lines(stream: IO[bytes], progress: Progress) -> Iterator[Line]:
             )
             continue
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            yield Line(number, error=RecordError("JSONDecodeError", str(error)))
-            continue
-        except RecursionError:
-            yield Line(number, error=RecordError("JSONDecodeError", "nested too deeply"))
-            continue
-        except ValueError as error:  # an integer past Python's 4300-digit conversion limit
-            yield Line(number, error=RecordError("JSONDecodeError", str(error)))
+            value = loads(text)
+        except JSONTextError as error:
+            detail = "nested too deeply" if error.kind == "depth" else error.detail
+            yield Line(number, error=RecordError("JSONDecodeError", detail))
             continue
         surrogate = lone_surrogate(value) if _SURROGATE_ESCAPE.search(text) else None
         if surrogate is not None:
