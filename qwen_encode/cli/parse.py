@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from ..batch import RecordError
 from ..chat_request import json_type
+from ..errors import TokenIdError
+from ..json_text import JSONTextError, loads
 from .common import (
     DEFAULT_MODEL,
     PROG,
     TINY_FIXTURE,
     UsageError,
-    add_command,
     add_io,
     add_model,
     load_encoder,
@@ -24,8 +24,9 @@ from .types import CLISubcommand
 
 if TYPE_CHECKING:
     from ..encoder import Encoder
+    from ..parser import Completion
 
-__all__ = ["ParseCommand", "cmd_init"]
+__all__ = ["cmd_init", "cmd_parse"]
 
 PARSE_HELP = """\
 Parse model completions into assistant messages in OpenAI shape.
@@ -58,15 +59,17 @@ def _load_tools(path: str | None) -> Any:
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            tools = json.load(handle)
+            tools = loads(handle.read())
     except OSError as error:
         raise UsageError(f"--tools: cannot read {path}: {error.strerror or error}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise UsageError(f"--tools: {path} is not JSON: {error}") from None
-    except RecursionError:
-        raise UsageError(f"--tools: {path}: JSON nested too deeply to read") from None
-    except ValueError as error:  # an integer past Python's 4300-digit limit
-        raise UsageError(f"--tools: {path}: JSON that cannot be read: {error}") from None
+    except JSONTextError as error:
+        if error.kind == "depth":
+            raise UsageError(f"--tools: {path}: JSON nested too deeply to read") from None
+        if error.kind == "number":  # an integer past Python's 4300-digit limit
+            raise UsageError(f"--tools: {path}: JSON that cannot be read: {error.detail}") from None
+        raise UsageError(f"--tools: {path} is not JSON: {error.detail}") from None
     if isinstance(tools, dict) and isinstance(tools.get("tools"), list):
         tools = tools["tools"]  # a request body holding the tools list
     from ..parser import parse_completion
@@ -96,57 +99,8 @@ class _Parser:
         return self._encoder
 
     def record(self, value: Any, line: int) -> dict[str, Any]:
-        from ..parser import parse_completion
-
-        if isinstance(value, str):
-            # A trailing <|im_end|> (engines report it with skip_special_tokens=False; a render
-            # of a closed turn has it) ends the turn: the parser records it as the stop.
-            completion = parse_completion(value, tools=self.tools, thinking=self.thinking)
-        elif isinstance(value, dict):
-            has_text, has_ids = "text" in value, "output_ids" in value
-            if has_text == has_ids:
-                raise RecordError(
-                    "RequestError", 'expected an object with either "text" or "output_ids"'
-                )
-            if has_text:
-                text = value["text"]
-                if not isinstance(text, str):
-                    raise RecordError(
-                        "RequestError", f'"text" must be a string, got {json_type(text)}'
-                    )
-                completion = parse_completion(text, tools=self.tools, thinking=self.thinking)
-            else:
-                ids = value["output_ids"]
-                if not isinstance(ids, list) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
-                ):
-                    raise RecordError(
-                        "RequestError", '"output_ids" must be a list of non-negative integers'
-                    )
-                encoder = self.encoder
-                size = encoder.vocabulary.tokenizer.get_vocab_size(with_added_tokens=True)
-                to_token = encoder.vocabulary.tokenizer.id_to_token
-                # id_to_token takes a u32: a larger ID would raise OverflowError, not answer None.
-                unknown = [i for i in ids if i >= 2**32 or to_token(i) is None]
-                if unknown:
-                    raise RecordError(
-                        "RequestError",
-                        f"output_ids {unknown[:5]} are not tokens of this vocabulary "
-                        f"({size:,} tokens): is --model the model that generated them?",
-                    )
-                # vLLM's output token_ids end with the stop token that ended generation.
-                completion = parse_completion(
-                    ids,
-                    tools=self.tools,
-                    thinking=self.thinking,
-                    encoder=encoder,
-                )
-        else:
-            raise RecordError(
-                "RequestError",
-                'expected a JSON string (completion text) or an object with "text" or '
-                f'"output_ids", got a JSON {json_type(value)}',
-            )
+        """The answer to one input line (a completion) or RecordError/QwenEncodeError."""
+        completion = self._completion(value)
         message = completion.to_message()
         if "tool_calls" in message:
             # The protocol carries no call IDs; deterministic ones let tool results refer back.
@@ -157,6 +111,52 @@ class _Parser:
         if completion.unterminated is not None:
             record["unterminated"] = completion.unterminated
         return record
+
+    def _completion(self, value: Any) -> Completion:
+        if isinstance(value, str):
+            # A trailing <|im_end|> (engines report it with skip_special_tokens=False; a render
+            # of a closed turn has it) ends the turn: the parser records it as the stop.
+            return self._from_text(value)
+        if not isinstance(value, dict):
+            raise RecordError(
+                "RequestError",
+                'expected a JSON string (completion text) or an object with "text" or '
+                f'"output_ids", got a JSON {json_type(value)}',
+            )
+        if ("text" in value) == ("output_ids" in value):
+            raise RecordError(
+                "RequestError", 'expected an object with either "text" or "output_ids"'
+            )
+        if "text" in value:
+            text = value["text"]
+            if not isinstance(text, str):
+                raise RecordError("RequestError", f'"text" must be a string, got {json_type(text)}')
+            return self._from_text(text)
+        return self._from_ids(value["output_ids"])
+
+    def _from_text(self, text: str) -> Completion:
+        from ..parser import parse_completion
+
+        return parse_completion(text, tools=self.tools, thinking=self.thinking)
+
+    def _from_ids(self, ids: Any) -> Completion:
+        from ..parser import parse_completion
+
+        if not isinstance(ids, list):
+            raise RecordError(
+                "RequestError", f'"output_ids" must be a list of token IDs, got {json_type(ids)}'
+            )
+        encoder = self.encoder
+        try:
+            checked = encoder.check_ids(ids)
+        except TokenIdError as error:
+            message = f"output_ids[{error.position}]: {error.reason}"
+            bad = ids[error.position]
+            if isinstance(bad, int) and not isinstance(bad, bool):  # an integer, out of range
+                message += ": is --model the model that generated them?"
+            raise RecordError("TokenIdError", message) from None
+        # vLLM's output token_ids end with the stop token that ended generation.
+        return parse_completion(checked, tools=self.tools, thinking=self.thinking, encoder=encoder)
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -197,18 +197,14 @@ def _add_arguments(parse: argparse.ArgumentParser) -> None:
     )
 
 
-class ParseCommand(CLISubcommand):
-    name = "parse"
-
-    def cmd(self, args: argparse.Namespace) -> int:
-        return cmd_parse(args)
-
-    def subparser_init(self, subparsers: Any) -> argparse.ArgumentParser:
-        summary = "completions -> assistant messages"
-        parse = add_command(subparsers, self.name, summary, PARSE_HELP, PARSE_EXAMPLE)
-        _add_arguments(parse)
-        return parse
-
-
 def cmd_init() -> list[CLISubcommand]:
-    return [ParseCommand()]
+    return [
+        CLISubcommand(
+            "parse",
+            "completions -> assistant messages",
+            PARSE_HELP,
+            PARSE_EXAMPLE,
+            add_arguments=_add_arguments,
+            cmd=cmd_parse,
+        )
+    ]
