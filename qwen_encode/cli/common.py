@@ -47,19 +47,6 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, max_help_position=30)
 
 
-def add_command(
-    subparsers: Any, name: str, summary: str, description: str, example: str
-) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        name,
-        help=summary,
-        description=description,
-        epilog=example,
-        formatter_class=Formatter,
-    )
-    return parser
-
-
 def add_model(parser: argparse.ArgumentParser, default: str | None, note: str) -> None:
     parser.add_argument(
         "--model",

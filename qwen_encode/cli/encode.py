@@ -26,7 +26,6 @@ from .common import (
     TINY_FIXTURE,
     Request,
     UsageError,
-    add_command,
     add_io,
     add_model,
     chat_request,
@@ -41,7 +40,7 @@ from .types import CLISubcommand
 if TYPE_CHECKING:
     from ..encoder import Encoder, Encoding
 
-__all__ = ["EncodeCommand", "cmd_init"]
+__all__ = ["cmd_encode", "cmd_init"]
 
 ENCODE_HELP = f"""\
 Encode chat requests to token IDs, exactly as the checkpoint's chat template + tokenizer would.
@@ -122,14 +121,8 @@ def is_parquet(path: str) -> bool:
     return path != "-" and (path.endswith(".parquet") or Path(path).is_dir())
 
 
-def cmd_encode(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
-    if args.num_proc is not None and args.num_proc < 1:
-        raise UsageError("--num-proc must be at least 1")
-    parquet_in = is_parquet(args.input)
-    if args.format == "parquet" or parquet_in:
-        return _encode_parquet(args, parquet_in)
+def _check_line_options(args: argparse.Namespace) -> None:
+    """JSON Lines or npz output: the Parquet-only options are refused, binary output needs -o."""
     for option, given in (
         ("--num-proc", args.num_proc),
         ("--ray", args.ray),
@@ -140,6 +133,17 @@ def cmd_encode(args: argparse.Namespace) -> int:
             raise UsageError(f"{option} applies to --format parquet")
     if args.format == "npz" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("--format npz writes binary data: pass -o FILE.npz (or redirect stdout)")
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    if args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if args.num_proc is not None and args.num_proc < 1:
+        raise UsageError("--num-proc must be at least 1")
+    parquet_in = is_parquet(args.input)
+    if args.format == "parquet" or parquet_in:
+        return _encode_parquet(args, parquet_in)
+    _check_line_options(args)
     encoder = load_encoder(args.model, args.markers_in_text)
     tally = Tally("encode")
     rows: list[Encoding] = []
@@ -147,25 +151,25 @@ def cmd_encode(args: argparse.Namespace) -> int:
     with line_job(args, "encode", args.batch_size) as (chunks, output, progress):
         for chunk in chunks:
             for number, error, encoding, token_strs in _encode_chunk(encoder, chunk, tally):
-                if error is not None:
-                    record = error
-                else:
-                    assert encoding is not None
-                    record = _encoding_record(encoder, encoding, args.assistant_mask, token_strs)
+                if encoding is None:
+                    assert error is not None
+                    tally.record(error, number)
+                    if args.format == "jsonl":
+                        output.write(dump(error))
+                    else:
+                        # An npz has no row for a failed line: say which, here, line by line.
+                        e = error["error"]
+                        warn(f"encode: line {number}: {e['type']}: {e['message']}")
+                    continue
+                record = _encoding_record(encoder, encoding, args.assistant_mask, token_strs)
                 tally.record(record, number)
                 if args.format == "jsonl":
                     output.write(dump(record))
-                elif error is not None:
-                    # An npz has no row for a failed line: say which, here, line by line.
-                    e = error["error"]
-                    warn(f"encode: line {number}: {e['type']}: {e['message']}")
                 else:
-                    assert encoding is not None
                     rows.append(encoding)
                     row_lines.append(number)
             progress.lines_done(len(chunk))
-            if args.format == "jsonl":
-                output.flush()
+            output.flush()
         if args.format == "npz":
             _write_npz(output, encoder, rows, row_lines)
         output.commit()
@@ -370,18 +374,14 @@ def _add_arguments(encode: argparse.ArgumentParser) -> None:
     )
 
 
-class EncodeCommand(CLISubcommand):
-    name = "encode"
-
-    def cmd(self, args: argparse.Namespace) -> int:
-        return cmd_encode(args)
-
-    def subparser_init(self, subparsers: Any) -> argparse.ArgumentParser:
-        summary = "chat requests (JSONL) -> token IDs"
-        encode = add_command(subparsers, self.name, summary, ENCODE_HELP, ENCODE_EXAMPLE)
-        _add_arguments(encode)
-        return encode
-
-
 def cmd_init() -> list[CLISubcommand]:
-    return [EncodeCommand()]
+    return [
+        CLISubcommand(
+            "encode",
+            "chat requests (JSONL) -> token IDs",
+            ENCODE_HELP,
+            ENCODE_EXAMPLE,
+            add_arguments=_add_arguments,
+            cmd=cmd_encode,
+        )
+    ]

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from .common import (
     PROG,
     UsageError,
-    add_command,
     add_io,
     add_model,
     chat_request,
@@ -25,7 +24,7 @@ from .types import CLISubcommand
 if TYPE_CHECKING:
     from ..protocol import Prompt
 
-__all__ = ["RenderCommand", "cmd_init"]
+__all__ = ["cmd_init", "cmd_render"]
 
 RENDER_HELP = """\
 Render chat requests (same input as `encode`) to the prompt text the chat template produces.
@@ -151,18 +150,14 @@ def _add_arguments(render: argparse.ArgumentParser) -> None:
     )
 
 
-class RenderCommand(CLISubcommand):
-    name = "render"
-
-    def cmd(self, args: argparse.Namespace) -> int:
-        return cmd_render(args)
-
-    def subparser_init(self, subparsers: Any) -> argparse.ArgumentParser:
-        summary = "chat requests (JSONL) -> prompt text"
-        render = add_command(subparsers, self.name, summary, RENDER_HELP, RENDER_EXAMPLE)
-        _add_arguments(render)
-        return render
-
-
 def cmd_init() -> list[CLISubcommand]:
-    return [RenderCommand()]
+    return [
+        CLISubcommand(
+            "render",
+            "chat requests (JSONL) -> prompt text",
+            RENDER_HELP,
+            RENDER_EXAMPLE,
+            add_arguments=_add_arguments,
+            cmd=cmd_render,
+        )
+    ]

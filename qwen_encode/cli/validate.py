@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from .common import (
     DEFAULT_MODEL,
@@ -15,12 +14,11 @@ from .common import (
     EXIT_OK,
     PROG,
     TINY_FIXTURE,
-    add_command,
     warn,
 )
 from .types import CLISubcommand
 
-__all__ = ["ValidateCommand", "cmd_init"]
+__all__ = ["cmd_init", "cmd_validate"]
 
 VALIDATE_HELP = """\
 Check that a checkpoint's vocabulary carries the Qwen 3.8 protocol: every marker an atomic added
@@ -105,18 +103,14 @@ def _add_arguments(validate: argparse.ArgumentParser) -> None:
     )
 
 
-class ValidateCommand(CLISubcommand):
-    name = "validate"
-
-    def cmd(self, args: argparse.Namespace) -> int:
-        return cmd_validate(args)
-
-    def subparser_init(self, subparsers: Any) -> argparse.ArgumentParser:
-        summary = "check a checkpoint's vocabulary"
-        validate = add_command(subparsers, self.name, summary, VALIDATE_HELP, VALIDATE_EXAMPLE)
-        _add_arguments(validate)
-        return validate
-
-
 def cmd_init() -> list[CLISubcommand]:
-    return [ValidateCommand()]
+    return [
+        CLISubcommand(
+            "validate",
+            "check a checkpoint's vocabulary",
+            VALIDATE_HELP,
+            VALIDATE_EXAMPLE,
+            add_arguments=_add_arguments,
+            cmd=cmd_validate,
+        )
+    ]
