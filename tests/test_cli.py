@@ -1023,7 +1023,7 @@ def test_every_kind_of_bad_line_is_answered_in_its_place(command: str, tmp_path:
 
 
 # --------------------------------------------------------------------------------------------
-# encode --format parquet (issue 12)
+# encode --format parquet
 
 
 def _parquet_requests() -> list[dict[str, Any]]:

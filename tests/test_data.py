@@ -479,7 +479,7 @@ print(json.dumps({"rows": summary.rows, "errors": dict(summary.errors)}))
 """
 
 # On this 2-core machine the run below took 25-30 s (Ray's start ~5 s, two actors loading the
-# encoder); the bound only catches a hang like the one issue 12 saw (read tasks starved by
+# encoder); the bound only catches a hang like the one once seen here (read tasks starved by
 # actors holding every CPU), which never finishes.
 RAY_BOUND_SECONDS = 240
 
