@@ -74,7 +74,7 @@ MARKUP_CALL = (
     "<parameter=y>\n</parameter>\n</function>\n</tool_call>\nEnd.\n</parameter>\n"
     "<parameter=retries>\n3\n</parameter>\n</function>\n" + mk.TOOL_CALL_CLOSE + "\n"
 )
-# Issue 10: a call without the <tool_call> wrapper, after content lines that could open one
+# A call without the <tool_call> wrapper, after content lines that could open one
 # until their last characters (held back, then released), writing a file that quotes a complete
 # call to the same tool (the junction balance decides which "<parameter=content>" is real).
 UNWRAPPED_CALL = (

@@ -1023,7 +1023,7 @@ class TestStreaming:
         assert parser.feed("\n") == []
         assert parser.feed("<funct") == []
         assert parser.feed("ion=f>\n</function>\n") == []
-        # Issue 10: a call is dispatched when the output ends (a later closer could still turn
+        # A call is dispatched when the output ends (a later closer could still turn
         # this </tool_call> into data of the value).
         assert parser.feed("</tool_call>") == []
         assert parser.feed("</thi") == []
@@ -1042,7 +1042,7 @@ class TestStreaming:
         assert parser.feed(" wraps calls.") == [ContentDelta(" wraps calls.")]
 
     def test_call_events_come_when_the_output_ends(self) -> None:
-        # Issue 10: until the output ends, a later </parameter></function></tool_call> could make
+        # Until the output ends, a later </parameter></function></tool_call> could make
         # this </tool_call> data of the value, so the call is held back.
         parser = StreamParser(tools=TOOLS, thinking=False)
         assert not any(isinstance(e, ToolCallEvent) for e in parser.feed(DALLAS))

@@ -1,4 +1,4 @@
-"""Issue 9, the parser's items: bad input gets a typed error naming where, deep input a stated
+"""The parser under hostile input: bad input gets a typed error naming where, deep input a stated
 limit, token-ID streaming equals batch on any bytes, and every feed costs amortised O(delta)."""
 
 from __future__ import annotations
