@@ -25,7 +25,7 @@ from qwen_encode import markers as mk
 
 # The request mapping `qwen-encode encode` and the vLLM renderer use, so the recipe cannot drift
 # from them.
-from qwen_encode.data import request_options
+from qwen_encode.chat_request import request_options
 
 
 def prompt_ids(encoder: qe.Encoder, request: Mapping[str, Any]) -> tuple[list[int], bool]:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from .checkpoint import FILE, path_kind
 from .errors import CheckpointError
+from .json_text import JSONTextError, loads
 
 #: The largest ``tokenizer.json`` read: 256 MiB, 23 times the Qwen 3.8 one (11 MB for 248k tokens)
 #: and several times the largest vocabularies published (a few tens of MB). tokenizers reads the
@@ -84,21 +85,25 @@ def check_ends_as_an_object(path: Path, size: int) -> None:
         )
 
 
+# How read_json names each way a side file's JSON fails.
+_JSON_FAILURE: Final = {
+    "syntax": "invalid JSON",
+    "depth": "JSON nested too deeply to read",
+    "number": "JSON that cannot be read",
+}
+
+
 def read_json(path: Path) -> dict[str, Any]:
     checked_size(path, MAX_SIDE_FILE_BYTES)
     try:
         with path.open(encoding="utf-8") as handle:
-            value = json.load(handle)
+            value = loads(handle.read())
     except OSError as error:
         raise CheckpointError(f"{path}: cannot be read ({error.strerror or error})") from error
     except UnicodeDecodeError as error:
         raise CheckpointError(f"{path}: not UTF-8 text ({error})") from error
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: invalid JSON ({error})") from error
-    except RecursionError as error:
-        raise CheckpointError(f"{path}: JSON nested too deeply to read") from error
-    except ValueError as error:  # an integer past Python's digit limit (4300 digits)
-        raise CheckpointError(f"{path}: JSON that cannot be read ({error})") from error
+    except JSONTextError as error:
+        raise CheckpointError(f"{path}: {_JSON_FAILURE[error.kind]} ({error.detail})") from error
     if not isinstance(value, dict):
         raise CheckpointError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value

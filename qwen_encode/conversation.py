@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Literal, TypeAlias, get_args
 
 from .errors import PromptError, shown
+from .json_text import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # re-exported: the protocol reads it here
+from .json_text import JSONTextError, json_depth_problem, loads
 from .markers import call_name_problem
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -39,52 +41,14 @@ def surrogate_problem(text: str) -> str | None:
     return None
 
 
-#: How deeply tool-call arguments and tool definitions may nest (objects and arrays counted;
-#: ``{"a": [1]}`` is 2 deep). Real schemas and arguments stay far below it. Past it, Python's own
-#: limits take over in whatever touches the value next (``json.dumps`` and ``==`` recurse in C,
-#: at a depth that depends on the caller's stack): a deeper value is refused up front instead,
-#: with the field that holds it, so a hostile request cannot raise ``RecursionError`` in a server.
-MAX_JSON_DEPTH: Final = 100
-
-
-def json_depth_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
-    """Why ``value`` nests too deeply (more than ``limit`` objects/arrays), or None. Iterative,
-    so it cannot itself hit the recursion limit; a self-containing value is too deep."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        depth += 1
-        if depth > limit:
-            return f"nests more than {limit} objects or arrays deep"
-        stack.extend(
-            (child, depth) for child in children if isinstance(child, Mapping | list | tuple)
-        )
-    return None
-
-
 def load_json(text: str, field: str) -> Any:
     """``json.loads`` of caller text, every failure a ``PromptError`` naming ``field``: invalid
-    JSON, an integer past Python's 4,300-digit conversion limit (a bare ``ValueError``), and
-    nesting past ``MAX_JSON_DEPTH`` (or past the C decoder's recursion limit)."""
+    JSON, an integer past Python's 4,300-digit conversion limit, and nesting past
+    ``MAX_JSON_DEPTH`` (see ``qwen_encode.json_text``, the one loader)."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PromptError(f"not valid JSON: {error}", field=field) from None
-    except ValueError as error:  # the int digit limit
-        raise PromptError(f"holds an integer too long to read ({error})", field=field) from None
-    except RecursionError:
-        problem: str | None = f"nests more than {MAX_JSON_DEPTH} objects or arrays deep"
-    else:
-        problem = json_depth_problem(value)
-    if problem is not None:
-        raise PromptError(problem, field=field)
-    return value
+        return loads(text)
+    except JSONTextError as error:
+        raise PromptError(error.reason, field=field) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,6 @@ the command line loads it for every ``encode`` and ``render`` run.
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -44,12 +42,21 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from .errors import PromptError, QwenEncodeError, shown
+from .batch import RecordError, encode_each, error_parts
+from .chat_request import (
+    IGNORED_REQUEST_FIELDS,
+    REQUEST_FIELDS,
+    TEMPLATE_KWARGS,
+    request_options,
+)
+from .errors import PromptError, shown
+from .files import atomic_path
+from .json_text import JSONTextError, loads
 
 if TYPE_CHECKING:
     import datasets
@@ -96,195 +103,33 @@ IGNORE_INDEX = -100
 # parallel, small enough that a worker's memory stays flat.
 DEFAULT_BATCH_ROWS = 512
 
-# The chat_template_kwargs the Qwen 3.8 template reads. Anything else is refused per row: a typo
-# such as "enable_thinkng" would otherwise be ignored and silently render another prompt.
-TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "preserve_thinking", "add_vision_id")
 
-# Fields of vLLM's tokenize chat request (plus OpenAI's top-level reasoning_effort) that are acted
-# on, and those accepted that cannot change the IDs: `model` names a served model (the vocabulary
-# comes from the encoder), Qwen's tokenizer adds no BOS whatever add_special_tokens says, and
-# mm_processor_kwargs configure the image processor, which runs after tokenization.
-REQUEST_FIELDS = frozenset(
-    {
-        "messages",
-        "tools",
-        "add_generation_prompt",
-        "continue_final_message",
-        "chat_template_kwargs",
-        "chat_template",
-        "reasoning_effort",
-        "return_token_strs",
-    }
-)
-IGNORED_REQUEST_FIELDS = frozenset({"model", "add_special_tokens", "mm_processor_kwargs"})
-
-
-# -- requests ----------------------------------------------------------------------------------
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a value's type, for messages ("a JSON array")."""
-    return {
-        dict: "object",
-        list: "array",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
-
-
-def _unknown_kwargs_message(unknown: Sequence[str]) -> str:
-    parts = []
-    for key in unknown:
-        if key in ("add_generation_prompt", "continue_final_message", "tools"):
-            parts.append(f"{key!r} (a top-level request field, not a template option)")
-            continue
-        close = difflib.get_close_matches(key, TEMPLATE_KWARGS, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown chat_template_kwargs {', '.join(parts)}; the Qwen 3.8 template reads "
-        f"{', '.join(TEMPLATE_KWARGS)}"
-    )
-
-
-def request_options(
-    value: Any,
-    ignored: Callable[[str], None] | None = None,
-    *,
-    reasoning_effort_map: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The ``format_prompt`` arguments of one chat request, read as vLLM reads it (the
-    ``qwen-encode encode`` shape; the data functions and the vLLM renderer use this too).
-
-    The top-level ``reasoning_effort`` is first rewritten by ``reasoning_effort_map`` (vLLM's
-    ``--reasoning-effort-map``); OpenAI's ``"none"`` turns thinking off unless
-    ``chat_template_kwargs.enable_thinking`` says otherwise, as vLLM's ``build_chat_params`` does.
-    Raises ``PromptError`` whose reason names the request field when the request itself has the
-    wrong shape (what the command line reports as ``RequestError``); what is inside the messages
-    is checked by ``format_prompt``. ``ignored`` is told each unknown field's name."""
-    if not isinstance(value, dict):
-        raise PromptError(f"a request must be a JSON object, got a JSON {json_type(value)}")
-    if "messages" not in value:
-        raise PromptError('missing "messages" (the conversation to render)')
-    for name, allowed in (("messages", (list,)), ("tools", (list, type(None)))):
-        if name in value and not isinstance(value[name], allowed):
-            expected = "a JSON array" + (" or null" if type(None) in allowed else "")
-            raise PromptError(f'"{name}" must be {expected}, got a JSON {json_type(value[name])}')
-    if ignored is not None:
-        for key in value:
-            if key not in REQUEST_FIELDS and key not in IGNORED_REQUEST_FIELDS:
-                ignored(key)
-    if value.get("chat_template") is not None:
-        raise PromptError(
-            "chat_template overrides are not supported: qwen-encode renders the Qwen 3.8 "
-            "template, natively"
-        )
-    kwargs = value.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict):
-        raise PromptError(
-            f"chat_template_kwargs must be a JSON object, got a JSON {json_type(kwargs)}"
-        )
-    unknown = [key for key in kwargs if key not in TEMPLATE_KWARGS]
-    if unknown:
-        raise PromptError(_unknown_kwargs_message(unknown))
-    # As transformers does for message fields, null means absent (the template's default). Arrow
-    # also writes null for every kwarg a row lacks when the column is a struct.
-    options = {key: v for key, v in kwargs.items() if v is not None}
-    top_effort = value.get("reasoning_effort")
-    if isinstance(top_effort, str) and reasoning_effort_map:
-        top_effort = reasoning_effort_map.get(top_effort, top_effort)
-    if top_effort == "none":
-        # OpenAI's "no reasoning": vLLM sets enable_thinking false unless the request set it.
-        if options.get("enable_thinking") is True:
-            raise PromptError(
-                'reasoning_effort "none" conflicts with chat_template_kwargs.enable_thinking true'
-            )
-        options["enable_thinking"] = False
-    elif top_effort is not None:
-        inner = options.get("reasoning_effort")
-        if inner is not None and inner != top_effort:
-            raise PromptError(
-                f"reasoning_effort {shown(top_effort)} (top level) conflicts with "
-                f"chat_template_kwargs.reasoning_effort {shown(inner)}"
-            )
-        options["reasoning_effort"] = top_effort
-    add_generation_prompt = value.get("add_generation_prompt")
-    continue_final = value.get("continue_final_message")
-    if add_generation_prompt is True and continue_final is True:
-        # vLLM's own check, word for word.
-        raise PromptError(
-            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-        )
-    return {
-        "turns": value["messages"],
-        "tools": value.get("tools"),
-        # vLLM's default is True; format_prompt ignores it when continuing the final message.
-        "add_generation_prompt": True if add_generation_prompt is None else add_generation_prompt,
-        "continue_final_message": False if continue_final is None else continue_final,
-        **options,
-    }
+# -- requests -> prompts ---------------------------------------------------------------------
 
 
 def _row_prompt(row: dict[str, Any]) -> Prompt:
-    """One table row -> its prompt; raises ``_RowError`` or a ``QwenEncodeError``."""
+    """One table row -> its prompt; raises ``RecordError`` or a ``QwenEncodeError``."""
     from .protocol import format_prompt
 
     for name in ("messages", "tools", "chat_template_kwargs"):
         # JSON text in a string column: the way nested, heterogeneous values survive Parquet.
         if isinstance(row.get(name), str):
             try:
-                row[name] = json.loads(row[name])
-            except (ValueError, RecursionError) as error:
-                raise _RowError(
-                    "RequestError", f'"{name}" is not valid JSON text: {error}'
+                row[name] = loads(row[name])
+            except JSONTextError as error:
+                raise RecordError(
+                    "RequestError", f'"{name}" is not valid JSON text: {error.detail}'
                 ) from None
     try:
         options = request_options(row)
     except PromptError as error:
-        raise _RowError("RequestError", error.reason) from None
+        raise RecordError("RequestError", error.reason) from None
     return format_prompt(**options)
 
 
-class _RowError(Exception):
-    """A request of the wrong shape: reported in its row as ``kind: message``."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
 def _error_text(error: BaseException) -> str:
-    kind, message = getattr(error, "kind", None), getattr(error, "message", None)
-    if isinstance(kind, str) and isinstance(message, str):  # _RowError, or the CLI's LineError
-        return f"{kind}: {message}"
-    if isinstance(error, QwenEncodeError):
-        return f"{type(error).__name__}: {error}"
-    # Not raised on purpose: a bug met on this row. Kept in its row like any bad one, named so.
-    name = type(error).__name__
-    return f"{name}: {error} (unexpected {name} inside qwen-encode: please report it)"
-
-
-def _encode_prompts(encoder: Encoder, prompts: list[Prompt]) -> list[Any]:
-    """Encodings, or the exception of each prompt the encoder refused, in order."""
-    if not prompts:
-        return []
-    try:
-        return list(encoder.encode_batch(prompts, errors="return"))
-    except Exception:
-        # errors="return" answers refused prompts in place; anything else is a bug met on some
-        # row: one by one, only the rows that meet it fail.
-        out: list[Any] = []
-        for prompt in prompts:
-            try:
-                out.append(encoder.encode(prompt))
-            except Exception as error:
-                out.append(error)
-        return out
+    kind, message = error_parts(error)
+    return f"{kind}: {message}"
 
 
 # -- the row function --------------------------------------------------------------------------
@@ -349,7 +194,7 @@ def encode_requests(
             errors[index] = _error_text(error)
     ids: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * len(rows)
     masks: list[np.ndarray] = [np.zeros(0, dtype=bool)] * len(rows)
-    for index, outcome in zip(where, _encode_prompts(encoder, prompts), strict=True):
+    for index, outcome in zip(where, encode_each(encoder, prompts), strict=True):
         if isinstance(outcome, BaseException):
             errors[index] = _error_text(outcome)
         else:
@@ -439,33 +284,12 @@ def kept_rows(table: pa.Table, drop_errors: bool) -> pa.Table:
     return table.filter(pc.is_null(table.column("error")))
 
 
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path``, renamed over it only when the block completes: an
-    interrupted job (an exception, Ctrl-C, a killed worker) leaves no half shard, and
-    ``resume`` can trust that every shard present is whole."""
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as done:
-            os.fsync(done.fileno())  # on disk before the rename makes it visible
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; give what open() would
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
 def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """Write ``table`` to ``path`` atomically (temporary file beside it, then rename)."""
     import pyarrow.parquet as pq
 
     target = Path(path)
-    with _atomic_path(target) as tmp:
+    with atomic_path(target) as tmp:
         pq.write_table(table, tmp)
 
 
@@ -642,9 +466,10 @@ def encode_parquet(
 ) -> Summary:
     """A Parquet file -> a Parquet file, or a folder of shards -> a folder with one output shard
     of the same name per input shard. Each shard is written atomically; with ``resume`` a shard
-    whose output already exists is skipped (it is whole: see ``_atomic_path``). ``num_proc`` > 1
-    encodes each shard with ``datasets`` in that many processes; otherwise in this process, one
-    record batch at a time. ``progress`` is called with each batch's (or shard's) summary."""
+    whose output already exists is skipped (it is whole: see ``qwen_encode.files.atomic_path``).
+    ``num_proc`` > 1 encodes each shard with ``datasets`` in that many processes; otherwise in
+    this process, one record batch at a time. ``progress`` is called with each batch's (or
+    shard's) summary."""
     import pyarrow.parquet as pq
 
     started = time.monotonic()
@@ -685,7 +510,7 @@ def encode_parquet(
                 progress(part)
             total += part
             continue
-        with _atomic_path(out) as tmp:
+        with atomic_path(out) as tmp:
             writer = None
             shard_total = Summary()
             for batch in pq.ParquetFile(shard).iter_batches(batch_size=batch_size):
@@ -744,9 +569,9 @@ def encode_ray(
     with every core of this machine.
 
     Resources are set so the read tasks always get a slot: with actors at 1 CPU each on a 2-CPU
-    machine, two actors held every CPU and the read tasks that feed them waited forever (the hang
-    issue 12 measured). Here the actors ask for every CPU but one between them (see below);
-    ``actors`` defaults to the cluster's CPU count.
+    machine, two actors held every CPU and the read tasks that feed them waited forever (a hang
+    seen on a 2-core machine). Here the actors ask for every CPU but one between them (see
+    below); ``actors`` defaults to the cluster's CPU count.
 
     The output folder appears whole or not at all: Ray writes into a staging folder beside it,
     renamed into place when every task has finished. ``inputs`` is a Parquet file, a folder or a

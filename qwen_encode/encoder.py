@@ -34,7 +34,14 @@ from . import markers as mk
 from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
 from .conversation import surrogate_problem
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
-from .errors import MarkerInTextError, PromptError, TokenIdError, shown
+from .errors import (
+    MarkerInTextError,
+    PromptError,
+    TokenIdError,
+    check_token_id,
+    outside_vocabulary,
+    shown,
+)
 from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
 from .protocol import (
     format_prompt,
@@ -501,26 +508,9 @@ class Encoder:
             if not len(bad):
                 return array.tolist()
             position = int(bad[0])
-            raise TokenIdError(
-                f"ID {int(array[position])} is outside the vocabulary (0 to {size - 1})",
-                position=position,
-            )
-        checked: list[int] = []
+            raise TokenIdError(outside_vocabulary(int(array[position]), size), position=position)
         items = ids if isinstance(ids, list) else array.tolist() if array.ndim == 1 else list(array)
-        for position, token in enumerate(items):
-            if isinstance(token, bool | np.bool_) or not isinstance(token, int | np.integer):
-                raise TokenIdError(
-                    f"expected an integer ID, got {type(token).__name__} {shown(token)}",
-                    position=position,
-                )
-            token = int(token)
-            if not 0 <= token < size:
-                raise TokenIdError(
-                    f"ID {shown(token)} is outside the vocabulary (0 to {size - 1})",
-                    position=position,
-                )
-            checked.append(token)
-        return checked
+        return [check_token_id(token, position, size) for position, token in enumerate(items)]
 
     def decode(self, ids: Iterable[int] | np.ndarray, skip_special_tokens: bool = False) -> str:
         """The text of ``ids`` (checked as ``check_ids`` checks them)."""

@@ -7,6 +7,7 @@ unreadable), so callers that already catch ``ValueError`` around transformers ke
 
 from __future__ import annotations
 
+import operator
 import reprlib
 from collections.abc import Sequence
 from typing import Any
@@ -127,6 +128,35 @@ class TokenIdError(QwenEncodeError, ValueError):
         self.reason = reason
         self.position = position
         super().__init__(f"token IDs[{position}]: {reason}")
+
+
+def outside_vocabulary(token: int, size: int | None) -> str:
+    """Why ``token`` (an integer) is no ID of a vocabulary of ``size`` IDs."""
+    bound = "" if size is None else f" of {size:,} IDs (0 to {size - 1:,})"
+    return f"ID {shown(token)} is outside the vocabulary{bound}"
+
+
+def check_token_id(token: Any, position: int, size: int | None) -> int:
+    """``token`` as a Python int when it is an ID of a vocabulary of ``size`` IDs (``None``:
+    any non-negative ID); else ``TokenIdError`` naming ``position``. The one check of a single
+    token ID: not a bool (numpy would read ``True`` as 1), not a float (``3.0`` would be
+    truncated silently), from 0 to ``size - 1`` (tokenizers returns '' past the vocabulary and
+    raises ``OverflowError`` for a negative ID)."""
+    if isinstance(token, bool) or type(token).__name__ in ("bool", "bool_"):  # numpy's too
+        value = None
+    else:
+        try:
+            value = operator.index(token)
+        except TypeError:
+            value = None
+    if value is None:
+        raise TokenIdError(
+            f"expected an integer ID, got {type(token).__name__} {shown(token)}",
+            position=position,
+        )
+    if value < 0 or (size is not None and value >= size):
+        raise TokenIdError(outside_vocabulary(value, size), position=position)
+    return value
 
 
 class TemplateDivergence(QwenEncodeError, ValueError):

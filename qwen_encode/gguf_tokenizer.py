@@ -20,8 +20,6 @@ fastokens engine and worker processes read it like any ``tokenizer.json``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from typing import Any, Final
 
 from .checkpoint import TOKENIZER_JSON, CheckpointFiles, derived_cache_path
 from .errors import CheckpointError
+from .files import write_atomic
 from .gguf_reader import GGUFMetadata, read_gguf
 
 # GGUF token types (llama.h enum llama_token_type / gguf.TokenType).
@@ -247,11 +246,7 @@ def rebuilt_tokenizer_json(meta: GGUFMetadata) -> Path:
     text = tokenizer_json_text(gguf_vocabulary(meta))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=target.parent, suffix=".partial", delete=False
-        ) as handle:
-            handle.write(text)
-        os.replace(handle.name, target)  # whole or absent: a reader never sees half a file
+        write_atomic(target, text.encode("utf-8"))  # whole or absent: never half a file
     except OSError as error:
         raise CheckpointError(
             f"{meta.path}: cannot write its rebuilt tokenizer.json under {target.parent} "

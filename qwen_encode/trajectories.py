@@ -39,7 +39,6 @@ naming the step and field (``steps[3].sampled_ids: token IDs[5]: ...``).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from .errors import PromptError, QwenEncodeError, TokenIdError, shown
+from .json_text import JSONTextError, loads
 from .provenance import ASSISTANT, SAMPLED
 
 if TYPE_CHECKING:
@@ -98,9 +98,9 @@ class _StepError(Exception):
 def _json_field(value: Any, field: str) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError as error:
-            raise _StepError(field, PromptError(f"is not valid JSON: {error}")) from None
+            return loads(value)
+        except JSONTextError as error:
+            raise _StepError(field, PromptError(error.reason)) from None
     return value
 
 
@@ -265,9 +265,9 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Any]:
     with open(source, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             try:
-                out.append(json.loads(line))
-            except ValueError as error:
-                out.append(f"line {number}: not JSON ({error})")
+                out.append(loads(line))
+            except JSONTextError as error:
+                out.append(f"line {number}: {error.reason}")
     return out
 
 

@@ -51,6 +51,7 @@ from .checkpoint_json import (
     read_json,
 )
 from .errors import CheckpointError, VocabularyError
+from .json_text import JSONTextError, loads
 from .markers import PROTOCOL_MARKERS, TURN_CLOSE
 from .problems import Problem
 from .validation.rules import QWEN38_TEMPLATE_SHA256 as QWEN38_TEMPLATE_SHA256
@@ -115,7 +116,7 @@ class ValidationReport:
     embedding_size: int | None
     template: TemplateKind
     template_sha256: str | None
-    #: What each stop/special-token field of the side files holds and must hold (issue 14).
+    #: What each stop/special-token field of the side files holds and must hold.
     special_tokens: tuple[SpecialTokenEntry, ...] = ()
     #: Not wrong for the protocol, but a known source of trouble (a pad token equal to
     #: <|im_end|>); ``ok`` does not depend on them.
@@ -287,13 +288,15 @@ def _why_unloadable(path: Path, error: Exception) -> str:
     on the normal path and tells "not JSON" apart from "JSON, but not a tokenizer"."""
     try:
         with path.open(encoding="utf-8") as handle:
-            json.load(handle)
+            loads(handle.read())
     except OSError as os_error:
         return f"{path}: cannot be read ({os_error.strerror or os_error})"
     except UnicodeDecodeError as decode_error:
         return f"{path}: not UTF-8 text, so not a tokenizer.json ({decode_error})"
-    except json.JSONDecodeError as json_error:
-        return f"{path}: invalid JSON ({json_error})"
+    except JSONTextError as json_error:
+        if json_error.kind == "syntax":
+            return f"{path}: invalid JSON ({json_error.detail})"
+        return f"{path}: JSON that cannot be read: {json_error.reason}"
     return f"{path}: valid JSON but not a tokenizer.json that tokenizers can load ({error})"
 
 

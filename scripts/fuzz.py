@@ -1,4 +1,4 @@
-"""Coverage-guided fuzzing of the completion parser and ``turns_from_messages`` (issue 10).
+"""Coverage-guided fuzzing of the completion parser and ``turns_from_messages``.
 
 Each input is a little program over the grammar's pieces: its first byte picks the target, the
 rest are read one byte at a time, a byte below ``len(PIECES)`` standing for that piece (a tag,
@@ -216,8 +216,8 @@ def check_messages(data: bytes, rng: random.Random) -> None:
         if rng.random() < 0.5:
             value[0]["tool_calls"] = [{"function": {"name": text[:8], "arguments": text}}]
     if not isinstance(value, list):
-        # turns_from_messages(5) / (None) still raise TypeError: issue 9 item 14, in the
-        # conversation layer (not the parser's); the fuzzer looks at message lists.
+        # turns_from_messages(5) / (None) are refused by the conversation layer (a PromptError,
+        # not the parser's concern); the fuzzer looks at message lists.
         value = [value]
     with contextlib.suppress(PromptError):
         turns_from_messages(value)

@@ -28,11 +28,12 @@ import hashlib
 import json
 import random
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, pre_tokenizers, trainers
+
+from qwen_encode.files import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "checkpoints" / "qwen3.8-27b"
@@ -457,10 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         # Atomic per file: an interrupted run never leaves a truncated tokenizer.json behind.
-        with tempfile.NamedTemporaryFile(dir=args.out, prefix=f".{name}.", delete=False) as tmp:
-            tmp.write(data)
-        Path(tmp.name).chmod(0o644)
-        Path(tmp.name).replace(args.out / name)
+        write_atomic(args.out / name, data)
     total = sum(len(data) for data in files.values())
     for name, data in files.items():
         print(f"{len(data):>9,}  {_shown(args.out / name)}")

@@ -11,8 +11,8 @@ tool calls with multi-line string and JSON values) one token at a time, and prin
 Four shapes (``--shapes``): ``plain`` (the above), ``markup`` (every written file documents the
 call format: its value holds complete example calls, closers and junctions, all data),
 ``unwrapped`` (calls without the ``<tool_call>`` wrapper after content lines that could open one,
-each writing a file that quotes a complete call to the same tool), and ``spaces`` (issue 9
-item 3: whitespace inside an open call, then a nested ``<tool_call>``; it ends in a ParseError,
+each writing a file that quotes a complete call to the same tool), and ``spaces`` (once
+quadratic: whitespace inside an open call, then a nested ``<tool_call>``; it ends in a ParseError,
 the cost of finding out is what is measured).
 
     .venv/bin/python scripts/stream_cost.py [--sizes 10000 100000 1000000] [--runs 5]
@@ -74,7 +74,7 @@ MARKUP_CALL = (
     "<parameter=y>\n</parameter>\n</function>\n</tool_call>\nEnd.\n</parameter>\n"
     "<parameter=retries>\n3\n</parameter>\n</function>\n" + mk.TOOL_CALL_CLOSE + "\n"
 )
-# Issue 10: a call without the <tool_call> wrapper, after content lines that could open one
+# A call without the <tool_call> wrapper, after content lines that could open one
 # until their last characters (held back, then released), writing a file that quotes a complete
 # call to the same tool (the junction balance decides which "<parameter=content>" is real).
 UNWRAPPED_CALL = (

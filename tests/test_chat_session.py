@@ -140,7 +140,7 @@ def test_planning_on_a_previous_plan_equals_planning_from_scratch(n: int) -> Non
 
 
 def test_a_new_turn_plans_only_what_it_changes(encoder: qe.Encoder) -> None:
-    # Issue 9: encoding() at turn 2,000 cost 30x what it did at the start, because every call
+    # encoding() at turn 2,000 once cost 30x what it did at the start, because every call
     # re-planned the whole history. A new turn lays out itself and the turn before it only.
     session = encoder.chat()
     for i in range(300):

@@ -837,14 +837,16 @@ def test_lone_surrogates_are_answered_in_place() -> None:
     assert [r["error"]["message"].split(":")[0] for r in out[1:]] == ["the line's string", "text"]
 
 
-def test_a_library_failure_fails_only_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_library_failure_fails_only_its_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """If the batch call raises something else than a per-prompt error (a library bug met by one
     prompt), the chunk is encoded one by one: that line is answered with the error's type and a
-    note that it is unexpected, every other line is encoded."""
-    from qwen_encode import cli
+    note that it is unexpected, every other line is encoded. In-process (the bug is planted with
+    monkeypatch), through the command's public entry point."""
+    from qwen_encode.cli import main
     from qwen_encode.encoder import Encoder
 
-    encoder = Encoder.from_pretrained(TINY)
     real = Encoder.encode_batch
 
     def encode_batch(self: Encoder, prompts: Any, **kwargs: Any) -> Any:
@@ -853,20 +855,20 @@ def test_a_library_failure_fails_only_its_line(monkeypatch: pytest.MonkeyPatch) 
         return real(self, prompts, **kwargs)
 
     monkeypatch.setattr(Encoder, "encode_batch", encode_batch)
-    chunk = [cli.Line(n, value=json.loads(request(t))) for n, t in enumerate(["a", "poison", "b"])]
-    tally = cli.Tally("encode")
-    results = cli._encode_chunk(encoder, chunk, tally)
-    assert [error for _, error, _, _ in results if error] == [
-        {
-            "error": {
-                "type": "TypeError",
-                "message": "TextEncodeInput must be Union[...] (unexpected TypeError inside "
-                "qwen-encode: please report it)",
-                "line": 1,
-            }
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(request(t) + "\n" for t in ["a", "poison", "b"]), encoding="utf-8")
+    assert main(["encode", "--model", str(TINY), str(source), "-o", str(target)]) == 1
+    out = records(target.read_text(encoding="utf-8"))
+    assert out[1] == {
+        "error": {
+            "type": "TypeError",
+            "message": "TextEncodeInput must be Union[...] (unexpected TypeError inside "
+            "qwen-encode: please report it)",
+            "line": 2,
         }
-    ]
-    assert [encoding is not None for _, _, encoding, _ in results] == [True, False, True]
+    }
+    assert [len(record.get("input_ids", ())) > 0 for record in out] == [True, False, True]
+    assert "1 of 3 lines failed (line 2)" in capsys.readouterr().err
 
 
 def test_parse_tools_nested_too_deeply_is_a_usage_error(tmp_path: Path) -> None:
@@ -1021,7 +1023,7 @@ def test_every_kind_of_bad_line_is_answered_in_its_place(command: str, tmp_path:
 
 
 # --------------------------------------------------------------------------------------------
-# encode --format parquet (issue 12)
+# encode --format parquet
 
 
 def _parquet_requests() -> list[dict[str, Any]]:

@@ -149,7 +149,7 @@ def test_to_message_round_trips() -> None:
     assert qe.turns_from_messages([t.to_message() for t in turns]) == turns
 
 
-# -- bad input at the door (issue 9): typed errors naming the field, never a crash ------------
+# -- bad input at the door: typed errors naming the field, never a crash ----------------------
 
 
 def _nested(depth: int) -> dict:

@@ -1,4 +1,4 @@
-"""The batched encoder path (issue 13): one engine call and whole-batch numpy assembly must give,
+"""The batched encoder path: one engine call and whole-batch numpy assembly must give,
 bit for bit, what one prompt at a time and a chat session give, on both engines; runs that cross
 from one turn or role to another are split by token byte lengths exactly as by the reference
 tokenizer's offsets."""

@@ -1,4 +1,4 @@
-"""Tests of the completion parser (issue 4).
+"""Tests of the completion parser.
 
 Expected values are written out by hand from the protocol's grammar (chat_template.jinja renders
 an assistant turn as ``<think>\\n{reasoning}\\n</think>\\n\\n{content}`` then the call spans), never
@@ -196,7 +196,7 @@ class TestSchemaTypes:
             # integer
             ({"type": "integer"}, "42", 42),
             ({"type": "integer"}, "-7", -7),
-            # issue 10: floats stay floats; for an integer, a float's spelling is no integer
+            # Floats stay floats; for an integer, a float's spelling is no integer
             # (vLLM: int("5.0") fails, the string is kept), so it stays the text as written
             ({"type": "integer"}, "5.0", "5.0"),
             ({"type": "integer"}, "1e3", "1e3"),
@@ -209,7 +209,7 @@ class TestSchemaTypes:
             # whole call was dropped; a value that does not fit stays a string.
             ({"type": "integer"}, "2026-01-15", "2026-01-15"),
             ({"type": "integer"}, "+5", "+5"),
-            # issue 10: leading zeros for an integer ("007" is 7); floats stay floats
+            # Leading zeros for an integer ("007" is 7); floats stay floats
             ({"type": "integer"}, "007", 7),
             ({"type": "integer"}, "-007", -7),
             ({"type": "number"}, "007", 7),
@@ -230,7 +230,7 @@ class TestSchemaTypes:
             ({"type": "boolean"}, "False", False),
             ({"type": "boolean"}, "yes", "yes"),
             ({"type": "boolean"}, "1", "1"),
-            # issue 10: any case of true/false (every peer reads "TRUE" so)
+            # Any case of true/false (every peer reads "TRUE" so)
             ({"type": "boolean"}, "TRUE", True),
             ({"type": "boolean"}, "fAlSe", False),
             # object / array (Qwen3-Coder issue 480: nested values reached the tool as strings)
@@ -1023,7 +1023,7 @@ class TestStreaming:
         assert parser.feed("\n") == []
         assert parser.feed("<funct") == []
         assert parser.feed("ion=f>\n</function>\n") == []
-        # Issue 10: a call is dispatched when the output ends (a later closer could still turn
+        # A call is dispatched when the output ends (a later closer could still turn
         # this </tool_call> into data of the value).
         assert parser.feed("</tool_call>") == []
         assert parser.feed("</thi") == []
@@ -1042,7 +1042,7 @@ class TestStreaming:
         assert parser.feed(" wraps calls.") == [ContentDelta(" wraps calls.")]
 
     def test_call_events_come_when_the_output_ends(self) -> None:
-        # Issue 10: until the output ends, a later </parameter></function></tool_call> could make
+        # Until the output ends, a later </parameter></function></tool_call> could make
         # this </tool_call> data of the value, so the call is held back.
         parser = StreamParser(tools=TOOLS, thinking=False)
         assert not any(isinstance(e, ToolCallEvent) for e in parser.feed(DALLAS))

@@ -1,4 +1,4 @@
-"""The fuzz harness (scripts/fuzz.py, issue 10) as part of the suite: every saved crash is
+"""The fuzz harness (scripts/fuzz.py) as part of the suite: every saved crash is
 replayed (no atheris needed), and a short coverage-guided run must find nothing."""
 
 from __future__ import annotations

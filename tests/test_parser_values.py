@@ -1,4 +1,4 @@
-"""Issue 10: a value is data until the rest of the output confirms its end; quoted examples are
+"""A value is data until the rest of the output confirms its end; quoted examples are
 never run. Each realistic agent output is checked in batch, streamed by text (one character at a
 time and in random chunks), and streamed by token ID, with the tiny byte-level stand-in and with
 the real Qwen 3.8 vocabulary (markers as their atomic IDs, as the model emits them).

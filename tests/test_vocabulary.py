@@ -855,7 +855,7 @@ def test_side_file_over_the_bound(name: str, tmp_path: Path) -> None:
     with (folder / name).open("r+b") as handle:
         handle.truncate(vocabulary.MAX_SIDE_FILE_BYTES + 1)
     with pytest.raises(CheckpointError, match="more than the 16,777,216 "):
-        vocabulary._inspect(resolve_checkpoint(folder))
+        vocabulary.inspect_checkpoint(resolve_checkpoint(folder))
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
@@ -867,7 +867,7 @@ def test_a_checkpoint_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
     assert report.ok, report.problems
 
 
-# --- stop and special tokens field by field (issue 14) -------------------------------------------
+# --- stop and special tokens field by field ----------------------------------------------------
 
 
 def special(report: ValidationReport) -> dict[str, tuple[str, str]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..data import request_options
+from ..chat_request import request_options
 from ..encoder import Encoder
 from ..errors import PromptError
 from ..protocol import format_prompt

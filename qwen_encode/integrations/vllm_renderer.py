@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ..data import request_options
+from ..chat_request import request_options
 from ..encoder import Encoder
 from ..errors import QwenEncodeError
 from ..protocol import format_prompt
@@ -68,8 +68,8 @@ VLLM_TEMPLATE_KEYS = frozenset(
 def request_from_params(
     conversation: list[Any], chat_template_kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The chat request, in the shape ``qwen_encode.data.request_options`` reads, of what vLLM
-    hands a renderer: the parsed conversation and ``ChatParams.get_apply_chat_template_kwargs()``
+    """The chat request, in the shape ``request_options`` reads, of what vLLM hands a renderer:
+    the parsed conversation and ``ChatParams.get_apply_chat_template_kwargs()``
     (the client's ``chat_template_kwargs`` merged with vLLM's own keys, the reasoning effort
     already rewritten by ``--reasoning-effort-map`` and ``"none"`` already turned into
     ``enable_thinking: false``)."""

@@ -11,13 +11,12 @@ suffix is held back while streaming: at most the two markers and whitespace.
 from __future__ import annotations
 
 import bisect
-import operator
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .. import markers as mk
-from ..errors import PromptError, TokenIdError, shown
+from ..errors import PromptError, check_token_id, shown
 from .events import MarkerEncoder
 
 # The markers the outer level acts on. Every other added token is text to the parser.
@@ -151,7 +150,8 @@ class _Run:
 
 class _IdSplitter(_Splitter):
     """Splits token IDs at marker IDs and decodes runs of ordinary IDs, emitting only a prefix
-    whose text is provably the prefix of the whole run's text (issue 9, item 8).
+    whose text is provably the prefix of the whole run's text (a streamed delta is never
+    taken back, so a byte-level token split mid-character must wait for its rest).
 
     A run of ordinary tokens is cut after token ``k`` only when ``decode(run[:k])`` does not
     end in U+FFFD (it ends on a whole character), or when ``decode(run[:k]) +
@@ -187,21 +187,7 @@ class _IdSplitter(_Splitter):
     def _check(self, token: Any) -> int:
         position = self.position
         self.position = position + 1
-        if isinstance(token, bool):
-            raise TokenIdError(f"token ID {shown(token)} is a bool", position=position)
-        try:
-            value = operator.index(token)
-        except TypeError:
-            raise TokenIdError(
-                f"token ID {shown(token)} is not an integer ({type(token).__name__})",
-                position=position,
-            ) from None
-        if value < 0 or (self.limit is not None and value >= self.limit):
-            bound = "" if self.limit is None else f" (the vocabulary has {self.limit:,} IDs)"
-            raise TokenIdError(
-                f"token ID {shown(value)} is not in the vocabulary{bound}", position=position
-            )
-        return value
+        return check_token_id(token, position, self.limit)
 
     def _emit(self, pieces: list[Piece], piece: Piece, token_start: int, ids: list[int] | None):
         last = self.runs[-1] if self.runs else None

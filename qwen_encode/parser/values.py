@@ -3,7 +3,6 @@ schema where it declares ``P``, else "JSON when it parses, else the string"."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -11,15 +10,16 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from ..errors import PromptError
+from ..json_text import MAX_JSON_DEPTH, JSONTextError, loads
 
 _JSON_INT: Final = re.compile(r"-?(?:0|[1-9][0-9]*)")
 # With a schema saying integer, "007" is 7 (every peer reads it so; JSON alone would not).
 _LOOSE_INT: Final = re.compile(r"-?[0-9]+")
 #: How deep a tool schema (anyOf/oneOf branches) or a JSON value may nest before the parser stops
 #: following it: a deeper schema branch constrains nothing (the schema-free rule applies), a
-#: deeper JSON value stays the string it is. It bounds the stack, whatever the input.
-MAX_DEPTH: Final = 64
-_JSON_SCAN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+#: deeper JSON value stays the string it is. It bounds the stack, whatever the input; the same
+#: limit as every other JSON qwen-encode reads (``qwen_encode.json_text``).
+MAX_DEPTH: Final = MAX_JSON_DEPTH
 _JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
@@ -30,43 +30,13 @@ class _NoFit:
 _NO_FIT: Final = _NoFit()
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        # 1e400 would become inf, which JSON cannot carry (json.dumps writes a bare Infinity).
-        raise ValueError("not a finite number")
-    return value
-
-
-def _reject_constant(name: str) -> Any:
-    # json.loads accepts NaN, Infinity and -Infinity by default; they are not JSON.
-    raise ValueError(f"{name} is not JSON")
-
-
-def _too_deep(text: str) -> bool:
-    """Whether JSON text nests arrays/objects deeper than ``MAX_DEPTH`` (strings skipped)."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return False
-    depth = 0
-    for match in _JSON_SCAN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return True
-        elif token in "]}":
-            depth -= 1
-    return False
-
-
 def _strict_json(text: str) -> Any:
-    """``json.loads`` restricted to real JSON; ``_NO_FIT`` when the text is not JSON (or nests
-    deeper than ``MAX_DEPTH``, or holds an integer past Python's digit limit)."""
-    if _too_deep(text):
-        return _NO_FIT
+    """Strict JSON (no ``NaN``/``Infinity``, no float overflowing to infinity); ``_NO_FIT`` when
+    the text is not JSON, nests deeper than ``MAX_DEPTH`` or holds an integer past Python's
+    digit limit."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
+        return loads(text, strict=True)
+    except JSONTextError:
         return _NO_FIT
 
 
@@ -176,8 +146,9 @@ def _schema_types(schema: Any, depth: int = 0) -> _Types:
 
 def _as_integer(text: str) -> Any:
     # Only digits: "5.0" and "1e3" are how a float is written, and a value that is not written
-    # as the schema's type stays the text (issue 10: floats stay floats; vLLM's int("5.0")
-    # fails and keeps the string too). Leading zeros are fine: "007" is 7.
+    # as the schema's type stays the text (a float stays a float rather than losing its
+    # fraction; vLLM's int("5.0") fails and keeps the string too). Leading zeros are fine:
+    # "007" is 7.
     if _LOOSE_INT.fullmatch(text):
         try:
             return int(text)  # exact, however many digits (up to Python's digit limit)
@@ -190,10 +161,9 @@ def _as_number(text: str) -> Any:
     if _LOOSE_INT.fullmatch(text):
         return _as_integer(text)  # big integers stay exact instead of going through float
     if _JSON_NUMBER.fullmatch(text):
-        try:
-            return _finite_float(text)
-        except ValueError:
-            return _NO_FIT
+        value = float(text)
+        # 1e400 would become inf, which JSON cannot carry (json.dumps writes a bare Infinity).
+        return value if math.isfinite(value) else _NO_FIT
     return _NO_FIT
 
 
@@ -287,9 +257,7 @@ def _schema_lookup(tools: Any) -> _Schemas:
 
 
 def _tools_json(text: str, where: str) -> Any:
-    if _too_deep(text):
-        raise PromptError(f"the JSON nests deeper than {MAX_DEPTH} levels", field=where)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise PromptError(f"not valid JSON ({error})", field=where) from None
+        return loads(text)
+    except JSONTextError as error:
+        raise PromptError(error.reason, field=where) from None

@@ -5,7 +5,6 @@ from text, so its embedding is never trained (the check of "Fishing for Magikarp
 from __future__ import annotations
 
 import json
-import os
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import numpy as np
 import tokenizers
 
 from ..checkpoint import derived_cache_path, file_sha256
+from ..files import write_atomic
 
 # --------------------------------------------------------------------------------------------
 # Dead tokens
@@ -161,9 +161,8 @@ def cached_dead_tokens(tokenizer: tokenizers.Tokenizer, tokenizer_json: Path) ->
     dead = dead_tokens(tokenizer)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(dead.to_dict(), ensure_ascii=False), encoding="utf-8")
-        os.replace(partial, path)  # whole or absent: a reader never sees half a file
+        # Whole or absent: a process sharing the cache never reads half a file.
+        write_atomic(path, json.dumps(dead.to_dict(), ensure_ascii=False).encode("utf-8"))
     except OSError:
         pass
     return dead

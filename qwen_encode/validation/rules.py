@@ -276,7 +276,7 @@ def _describe(node: Any) -> str:
     return kind
 
 
-# --- stop and special tokens (issue 14) ---------------------------------------------------------
+# --- stop and special tokens -------------------------------------------------------------------
 
 _GENERATION_EOS_RULE: Final = (
     f"must include {TURN_CLOSE}: every assistant turn ends with it, and generate() and servers "
@@ -312,6 +312,158 @@ def _tokens_shown(tokenizer: tokenizers.Tokenizer, ids: list[Any]) -> str:
     return ", ".join(shown_ids) or "none"
 
 
+_Verdict: TypeAlias = Literal["ok", "problem", "warning", "absent"]
+
+
+def _generation_eos_entry(
+    files: CheckpointFiles,
+    tokenizer: tokenizers.Tokenizer,
+    stop: tuple[int, ...] | None,
+    stop_problems: list[Problem],
+    warnings: list[Problem],
+) -> SpecialTokenEntry:
+    """generation_config.json's stop list, shown with its rule (``check_stop_tokens`` judges it;
+    a list without <|endoftext|> adds a warning)."""
+    if files.generation_config is None or stop is None:
+        return SpecialTokenEntry(
+            "generation_config.json eos_token_id", None, "none", _GENERATION_EOS_RULE, "problem"
+        )
+    stop_verdict: _Verdict = "problem" if stop_problems else "ok"
+    end_of_text = tokenizer.token_to_id(END_OF_TEXT)
+    if stop_verdict == "ok" and end_of_text is not None and end_of_text not in stop:
+        # The chat protocol only needs <|im_end|>, so this is no problem; but the official
+        # list has both, and without it output that ends a document does not stop there.
+        warnings.append(
+            Problem(
+                "stop.no_end_of_text",
+                _GENERATION_EOS,
+                f"no {END_OF_TEXT!r} ({end_of_text}), which the official list "
+                f"[{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a document with it "
+                "(raw-text completions, no chat template) does not stop there",
+                "warning",
+            )
+        )
+        stop_verdict = "warning"
+    return SpecialTokenEntry(
+        "generation_config.json eos_token_id",
+        list(stop),
+        _tokens_shown(tokenizer, list(stop)),
+        _GENERATION_EOS_RULE,
+        stop_verdict,
+    )
+
+
+def _missing_token_entry(
+    name: str, rule: str, where: str, problems: list[Problem], warnings: list[Problem]
+) -> SpecialTokenEntry:
+    """tokenizer_config.json without ``name``: no pad token is a warning, no eos a problem."""
+    if name == "pad_token":
+        warnings.append(
+            Problem(
+                "special.no_pad",
+                where,
+                "no pad token; trainers commonly fall back to eos_token "
+                f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}",
+                "warning",
+            )
+        )
+        return SpecialTokenEntry(where, None, "none", rule, "warning")
+    problems.append(Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found none"))
+    return SpecialTokenEntry(where, None, "none", rule, "problem")
+
+
+def _token_verdict(
+    name: str, rule: str, where: str, value: str, token_id: int | None
+) -> tuple[_Verdict, Problem | None]:
+    """The verdict on tokenizer_config.json's ``name`` naming the token ``value``."""
+    if token_id is None:
+        reason = f"expected a token of the vocabulary, found {value!r}, which is none"
+        return "problem", Problem("special.not_a_token", where, reason)
+    if name == "eos_token" and value != TURN_CLOSE:
+        return "problem", Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found {value!r}")
+    if name == "pad_token" and value == TURN_CLOSE:
+        reason = f"{TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use {END_OF_TEXT!r})"
+        return "warning", Problem("special.pad_is_im_end", where, reason, "warning")
+    return "ok", None
+
+
+def _tokenizer_config_entries(
+    config: Mapping[str, Any],
+    tokenizer: tokenizers.Tokenizer,
+    problems: list[Problem],
+    warnings: list[Problem],
+) -> list[SpecialTokenEntry]:
+    """tokenizer_config.json's eos_token and pad_token, each against its rule."""
+    entries = []
+    for name, rule in (("eos_token", _EOS_TOKEN_RULE), ("pad_token", _PAD_TOKEN_RULE)):
+        where = f"tokenizer_config.json {name}"
+        raw = config.get(name)
+        value = raw.get("content") if isinstance(raw, dict) else raw
+        if value is None:
+            entries.append(_missing_token_entry(name, rule, where, problems, warnings))
+            continue
+        if not isinstance(value, str):
+            reason = f"expected a token string, found {_shown(raw)}"
+            problems.append(Problem("special.invalid", where, reason))
+            entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
+            continue
+        token_id = tokenizer.token_to_id(value)
+        tokens = "no token" if token_id is None else f"{token_id} {value}"
+        verdict, problem = _token_verdict(name, rule, where, value, token_id)
+        if problem is not None:
+            (warnings if verdict == "warning" else problems).append(problem)
+        entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
+    return entries
+
+
+def _config_id_entries(
+    scope: Mapping[str, Any], prefix: str, tokenizer: tokenizers.Tokenizer, problems: list[Problem]
+) -> list[SpecialTokenEntry]:
+    """One scope of config.json (the top level, or text_config): eos_token_id, bos_token_id."""
+    entries = []
+    for name, rule, listable in (
+        ("eos_token_id", _CONFIG_EOS_RULE, True),
+        ("bos_token_id", _CONFIG_BOS_RULE, False),
+    ):
+        if name not in scope:
+            continue
+        where = f"config.json {prefix}{name}"
+        raw = scope[name]
+        if raw is None and not listable:
+            entries.append(SpecialTokenEntry(where, None, "none", rule, "ok"))
+            continue
+        ids = raw if isinstance(raw, list) and listable else [raw]
+        bad = [v for v in ids if not (_is_id(v) and _is_token(tokenizer, v))]
+        if bad or not ids:
+            expected = "token IDs" if listable else "a token ID or null"
+            reason = f"expected {expected} of the vocabulary, found {_shown(raw)}"
+            problems.append(Problem("special.config_id", where, reason))
+        verdict: _Verdict = "problem" if bad or not ids else "ok"
+        entries.append(SpecialTokenEntry(where, raw, _tokens_shown(tokenizer, ids), rule, verdict))
+    return entries
+
+
+def _model_config_entries(
+    files: CheckpointFiles, tokenizer: tokenizers.Tokenizer, problems: list[Problem]
+) -> tuple[list[SpecialTokenEntry], bool | None]:
+    """config.json's token IDs (text_config first, as multimodal checkpoints nest them), and
+    whether the embeddings are tied."""
+    if files.config is None:
+        return [], None
+    model_config = read_json(files.config)
+    text_config = model_config.get("text_config")
+    scopes = [("", model_config)]
+    if isinstance(text_config, dict):
+        scopes.insert(0, ("text_config.", text_config))
+    entries: list[SpecialTokenEntry] = []
+    tied: bool | None = None
+    for prefix, scope in scopes:
+        if tied is None and isinstance(scope.get("tie_word_embeddings"), bool):
+            tied = scope["tie_word_embeddings"]
+        entries += _config_id_entries(scope, prefix, tokenizer, problems)
+    return entries, tied
+
+
 def check_special_tokens(
     files: CheckpointFiles,
     config: Mapping[str, Any] | None,
@@ -322,147 +474,10 @@ def check_special_tokens(
     """Each stop/special-token field against the rule in the constants above. The
     generation_config.json stop list is judged by ``check_stop_tokens`` (its problems are
     already listed); it is only shown here, with the rule."""
-    entries: list[SpecialTokenEntry] = []
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    if files.generation_config is None or stop is None:
-        entries.append(
-            SpecialTokenEntry(
-                "generation_config.json eos_token_id",
-                None,
-                "none",
-                _GENERATION_EOS_RULE,
-                "problem",
-            )
-        )
-    else:
-        stop_verdict: Literal["ok", "problem", "warning", "absent"] = (
-            "problem" if stop_problems else "ok"
-        )
-        end_of_text = tokenizer.token_to_id(END_OF_TEXT)
-        if stop_verdict == "ok" and end_of_text is not None and end_of_text not in stop:
-            # The chat protocol only needs <|im_end|>, so this is no problem; but the official
-            # list has both, and without it output that ends a document does not stop there.
-            warnings.append(
-                Problem(
-                    "stop.no_end_of_text",
-                    _GENERATION_EOS,
-                    f"no {END_OF_TEXT!r} ({end_of_text}), which the official list "
-                    f"[{TURN_CLOSE}, {END_OF_TEXT}] has: output that ends a document with it "
-                    "(raw-text completions, no chat template) does not stop there",
-                    "warning",
-                )
-            )
-            stop_verdict = "warning"
-        entries.append(
-            SpecialTokenEntry(
-                "generation_config.json eos_token_id",
-                list(stop),
-                _tokens_shown(tokenizer, list(stop)),
-                _GENERATION_EOS_RULE,
-                stop_verdict,
-            )
-        )
-
+    entries = [_generation_eos_entry(files, tokenizer, stop, stop_problems, warnings)]
     if config is not None:
-        for name, rule in (("eos_token", _EOS_TOKEN_RULE), ("pad_token", _PAD_TOKEN_RULE)):
-            where = f"tokenizer_config.json {name}"
-            raw = config.get(name)
-            value = raw.get("content") if isinstance(raw, dict) else raw
-            if value is None:
-                if name == "pad_token":
-                    warnings.append(
-                        Problem(
-                            "special.no_pad",
-                            where,
-                            "no pad token; trainers commonly fall back to eos_token "
-                            f"({TURN_CLOSE}), and then {rule[rule.index('collators') :]}",
-                            "warning",
-                        )
-                    )
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "warning"))
-                else:
-                    problems.append(
-                        Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found none")
-                    )
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "problem"))
-                continue
-            if not isinstance(value, str):
-                problems.append(
-                    Problem(
-                        "special.invalid", where, f"expected a token string, found {_shown(raw)}"
-                    )
-                )
-                entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
-                continue
-            token_id = tokenizer.token_to_id(value)
-            tokens = "no token" if token_id is None else f"{token_id} {value}"
-            verdict: Literal["ok", "problem", "warning", "absent"] = "ok"
-            if token_id is None:
-                problems.append(
-                    Problem(
-                        "special.not_a_token",
-                        where,
-                        f"expected a token of the vocabulary, found {value!r}, which is none",
-                    )
-                )
-                verdict = "problem"
-            elif name == "eos_token" and value != TURN_CLOSE:
-                problems.append(
-                    Problem("special.eos", where, f"expected {TURN_CLOSE!r}, found {value!r}")
-                )
-                verdict = "problem"
-            elif name == "pad_token" and value == TURN_CLOSE:
-                warnings.append(
-                    Problem(
-                        "special.pad_is_im_end",
-                        where,
-                        f"{TURN_CLOSE!r}; {rule[rule.index('collators') :]} (use {END_OF_TEXT!r})",
-                        "warning",
-                    )
-                )
-                verdict = "warning"
-            entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
-
-    tied: bool | None = None
-    if files.config is not None:
-        model_config = read_json(files.config)
-        text_config = model_config.get("text_config")
-        scopes = [("", model_config)]
-        if isinstance(text_config, dict):
-            scopes.insert(0, ("text_config.", text_config))
-        for prefix, scope in scopes:
-            if tied is None and isinstance(scope.get("tie_word_embeddings"), bool):
-                tied = scope["tie_word_embeddings"]
-            for name, rule, listable in (
-                ("eos_token_id", _CONFIG_EOS_RULE, True),
-                ("bos_token_id", _CONFIG_BOS_RULE, False),
-            ):
-                if name not in scope:
-                    continue
-                where = f"config.json {prefix}{name}"
-                raw = scope[name]
-                if raw is None and not listable:
-                    entries.append(SpecialTokenEntry(where, None, "none", rule, "ok"))
-                    continue
-                ids = raw if isinstance(raw, list) and listable else [raw]
-                bad = [v for v in ids if not (_is_id(v) and _is_token(tokenizer, v))]
-                if bad or not ids:
-                    expected = "token IDs" if listable else "a token ID or null"
-                    problems.append(
-                        Problem(
-                            "special.config_id",
-                            where,
-                            f"expected {expected} of the vocabulary, found {_shown(raw)}",
-                        )
-                    )
-                entries.append(
-                    SpecialTokenEntry(
-                        where,
-                        raw,
-                        _tokens_shown(tokenizer, ids),
-                        rule,
-                        "problem" if bad or not ids else "ok",
-                    )
-                )
-    return entries, problems, warnings, tied
+        entries += _tokenizer_config_entries(config, tokenizer, problems, warnings)
+    config_entries, tied = _model_config_entries(files, tokenizer, problems)
+    return entries + config_entries, problems, warnings, tied

@@ -143,7 +143,7 @@ def test_batch_and_streaming_equal_parse_completion(tokenizer: Any, case: Case) 
 
 
 def test_the_issue_example(tokenizer: Any) -> None:
-    """SGLang's own parsers give '\\n\\nChecking.\\n\\n' both ways (issue 11)."""
+    """SGLang's own parsers give '\\n\\nChecking.\\n\\n' both ways."""
     case = REALISTIC[2]
     assert batch(case)[1] == "Checking."
     assert stream(case, token_chunks(tokenizer, case.text))[1] == "Checking."
