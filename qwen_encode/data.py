@@ -494,8 +494,9 @@ def encode_parquet(
 
             # Memory-mapped Arrow files, not keep_in_memory: in memory, datasets pickles each
             # worker's rows to it and its token lists back through a pipe, in this process's one
-            # thread (num_proc=2 scaled 1.42-1.97x that way, 1.78-2.06x mapped; README). The
-            # cache sits beside the output, on the disk that has room for it, and goes with it.
+            # thread (num_proc=2 scaled 1.42-1.97x that way, 1.78-2.06x mapped; see
+            # docs/performance.md). The cache sits beside the output, on the disk that has room
+            # for it, and goes with it.
             with tempfile.TemporaryDirectory(prefix=".qwen-encode-cache-", dir=out.parent) as cache:
                 dataset = datasets.Dataset.from_parquet(str(shard), cache_dir=cache)
                 encoded = encode_dataset(

@@ -64,7 +64,7 @@ Exit 1 when any line failed (summary on stderr), 2 for usage errors, 0 otherwise
 successful line, right-padded with <|endoftext|>) and "line": the 1-based input line of each
 row, since failed lines have no row (their errors go to stderr).
 
---format parquet writes training rows (README "Training data"): input_ids list<int32>, and by
+--format parquet writes training rows (docs: guide/training-data.md): input_ids list<int32>, and by
 --columns assistant_masks list<int8> (TRL), attention_mask and labels (-100 outside the mask,
 axolotl), plus num_tokens and error (null, or "Type: message"). Row i answers request i; an
 error row keeps its place with empty lists unless --drop-errors. INPUT may then also be a
