@@ -137,10 +137,12 @@ def path_kind(path: Path) -> str | None:
 
 def _source_text(source: object) -> str:
     """``source`` as a path string, or ``CheckpointError`` saying what was expected."""
-    try:
-        text = os.fspath(source)  # type: ignore[call-overload]
-    except TypeError:
-        text = None
+    text: str | bytes | None = None
+    if isinstance(source, str | bytes | os.PathLike):  # PathLike: any object with __fspath__
+        try:
+            text = os.fspath(source)
+        except TypeError:  # a __fspath__ that returns neither str nor bytes
+            text = None
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     if not isinstance(text, str):
@@ -269,7 +271,7 @@ def _resolve_hub(
     # Imported here: it costs ~0.3 s and local checkpoints never need it.
     import huggingface_hub
     import huggingface_hub.constants  # the lazy top-level module does not expose it (2.x)
-    from huggingface_hub.utils import (
+    from huggingface_hub.errors import (  # their public home since 0.25; utils only re-imports them
         GatedRepoError,
         HfHubHTTPError,
         HFValidationError,

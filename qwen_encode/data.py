@@ -296,7 +296,8 @@ def _rows(batch: Any) -> list[dict[str, Any]]:
 
     if isinstance(batch, pa.Table | pa.RecordBatch):
         names = [name for name in batch.schema.names if name in REQUEST_FIELDS]
-        return batch.select(names).to_pylist()
+        rows: list[dict[str, Any]] = batch.select(names).to_pylist()
+        return rows
     if not isinstance(batch, Mapping):
         raise PromptError(
             f"expected a pyarrow Table or a dict of columns, got {type(batch).__name__}",

@@ -207,7 +207,11 @@ def load_vocabulary(files: CheckpointFiles) -> Vocabulary:
     tokenizer, report = _inspect(files)
     if not report.vocabulary_ok:
         raise VocabularyError(str(files.tokenizer_json), report.vocabulary_problems)
-    added = {token.content: tokenizer.token_to_id(token.content) for token in _added(tokenizer)}
+    added: dict[str, int] = {}
+    for token in _added(tokenizer):
+        token_id = tokenizer.token_to_id(token.content)
+        if token_id is not None:  # never None: an added token's content is in the vocabulary
+            added[token.content] = token_id
     marker_ids = {marker: added[marker] for marker in PROTOCOL_MARKERS}
     return Vocabulary(
         tokenizer=tokenizer,

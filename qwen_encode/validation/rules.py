@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 import tokenizers
+from tokenizers.normalizers import Normalizer
+from tokenizers.pre_tokenizers import PreTokenizer
 
 from ..checkpoint import CheckpointFiles
 from ..checkpoint_json import read_bytes, read_json
@@ -251,13 +253,13 @@ def bos_policy(tokenizer: tokenizers.Tokenizer, config: Mapping[str, Any] | None
     return f"none: chat prompts start with {TURN_OPEN}"
 
 
-def summary(component: object) -> str:
+def summary(component: Normalizer | PreTokenizer | None) -> str:
     """A short description such as "NFC" or "Split(regex) + ByteLevel", from the component's own
     small JSON state (the normalizer/pre-tokenizer only, never the model)."""
     if component is None:
         return "none"
     try:
-        state = json.loads(component.__getstate__())  # type: ignore[attr-defined]
+        state = json.loads(component.__getstate__())
     except Exception:
         return type(component).__name__
     return _describe(state)

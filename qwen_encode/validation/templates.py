@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from ..errors import PromptError
 from ..protocol import format_prompt
@@ -91,7 +91,8 @@ def _environment() -> Any:
 
     class Generation(jinja2.ext.Extension):
         # transformers' {% generation %} block (assistant masks): renders its body unchanged.
-        tags: ClassVar[set[str]] = {"generation"}
+        # Declared as jinja2.ext.Extension declares it (an instance attribute, not a ClassVar).
+        tags = {"generation"}  # noqa: RUF012
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
