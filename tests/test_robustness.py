@@ -166,16 +166,83 @@ def test_decode(tiny, ids, flag) -> None:
     _holds(lambda: tiny.decode(ids, skip_special_tokens=flag))
 
 
+CHAT_OPTIONS = st.fixed_dictionaries(
+    {},
+    optional={
+        "enable_thinking": FLAG,
+        "reasoning_effort": JSON_LIKE | st.sampled_from(["low", "medium", "high", "none"]),
+        "preserve_thinking": FLAG,
+        "add_generation_prompt": FLAG,
+        "add_vision_id": FLAG,
+        "on_template_change": st.sampled_from(["raise", "keep", "split"]) | JSON_LIKE,
+        "tools_": TOOLS,  # an unknown option: refused by name
+    },
+)
+# One step on a session: a method and its argument.
+SESSION_STEP = st.one_of(
+    st.tuples(st.just("append"), MESSAGE | JSON_LIKE),
+    st.tuples(st.just("extend"), st.lists(MESSAGE, max_size=2) | JSON_LIKE),
+    st.tuples(
+        st.sampled_from(["pop", "prompt", "encoding", "trajectory", "rows", "generation_prompt"]),
+        st.none(),
+    ),
+    st.tuples(st.just("drift"), JSON_LIKE),
+    st.tuples(
+        st.just("append_sampled"),
+        st.fixed_dictionaries(
+            {"ids": IDS},
+            optional={"finish_reason": JSON_LIKE, "logprobs": JSON_LIKE, "extras": JSON_LIKE},
+        ),
+    ),
+)
+
+
+def _step(session: qe.ChatSession, name: str, argument: Any) -> Any:
+    method = getattr(session, name)
+    if name == "append_sampled":
+        ids = argument.pop("ids")
+        return method(ids, **argument)
+    return method() if argument is None else method(argument)
+
+
 @SETTINGS
-@given(TOOLS, FLAG, st.lists(MESSAGE | JSON_LIKE, max_size=4))
-def test_chat(tiny, tools, flag, messages) -> None:
-    session = _holds(lambda: tiny.chat(tools, preserve_thinking=flag))
-    if isinstance(session, qe.ChatSession):
-        for message in messages:
-            _holds(lambda m=message: session.append(m))
-            _holds(session.encoding)
-            if len(session.turns) > 2:
-                session.pop()
+@given(TOOLS, CHAT_OPTIONS, st.lists(SESSION_STEP, max_size=6))
+def test_chat(tiny, tools, options, steps) -> None:
+    """``chat()`` with every option, then every session method, in any order."""
+    session = _holds(lambda: tiny.chat(tools, **options))
+    if not isinstance(session, qe.ChatSession):
+        return
+    for name, argument in steps:
+        _holds(lambda n=name, a=argument: _step(session, n, a))
+        for view in (session.turns, session.sampled, session.off_template):
+            assert isinstance(view, tuple)
+
+
+def test_chat_session_steps_on_an_empty_session(tiny) -> None:
+    # Found by test_chat: pop() on an empty session raised IndexError, drift() with a list
+    # TypeError (unhashable), extend() with a number TypeError (not iterable).
+    session = tiny.chat()
+    with pytest.raises(qe.PromptError, match="no message"):
+        session.pop()
+    with pytest.raises(qe.PromptError, match="not a sampled turn"):
+        session.drift([1])  # type: ignore[arg-type]
+    with pytest.raises(qe.PromptError, match="expected a list of messages"):
+        session.extend(5)  # type: ignore[arg-type]
+
+
+def test_sampled_logprobs_that_are_not_numbers(tiny) -> None:
+    # Found by test_chat: a number for the list raised TypeError (list(5)), an integer past a
+    # float's range OverflowError (math.isnan).
+    session = tiny.chat()
+    session.append({"role": "user", "content": "hi"})
+    turn_close = tiny.marker_ids["<|im_end|>"]
+    with pytest.raises(qe.PromptError) as raised:
+        session.append_sampled([turn_close], logprobs=5)  # type: ignore[arg-type]
+    assert raised.value.field == "logprobs"
+    with pytest.raises(qe.PromptError) as raised:
+        session.append_sampled([turn_close], logprobs=[10**400])
+    assert raised.value.field == "logprobs[0]"
+    assert session.append_sampled([turn_close], logprobs=[-0.5]).logprobs == (-0.5,)
 
 
 def _call_text(arguments: dict) -> str:
