@@ -56,7 +56,8 @@ group_sglang() {
 group_train() {
     make_venv train "torch==2.13.0" "trl==1.16.0" -e ".[test,data,ray]"
     refresh train
-    run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py -q
+    run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py \
+        tests/test_robustness.py -q
 }
 
 # llama-cpp-python compiles llama.cpp from its sdist (no Linux wheels on PyPI): minutes of C++ on

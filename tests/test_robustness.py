@@ -5,14 +5,16 @@ UnicodeError. Runs on the committed tiny vocabulary, so it needs no ../shared.""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import qwen_encode as qe
@@ -107,10 +109,35 @@ IDS = st.lists(st.integers(min_value=-5, max_value=3000), max_size=30) | JSON_LI
 def _holds(call: Callable[[], Any]) -> Any:
     """Run ``call``: a value, or a QwenEncodeError; anything else fails the test."""
     try:
-        return call()
+        result = call()
     except qe.QwenEncodeError as error:
         str(error).encode("utf-8")  # and its message is printable
+        event(f"raised {type(error).__name__} ({getattr(error, 'field', None)})")
         return error
+    event("returned")
+    return result
+
+
+def _options(valid: dict[str, Any], hostile: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Keyword arguments, each drawn from ``valid`` except for up to two drawn from ``hostile``:
+    a call whose every argument may be bad almost never gets past the first check."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> dict[str, Any]:
+        values = {name: draw(strategy) for name, strategy in valid.items()}
+        for name in draw(st.lists(st.sampled_from(sorted(hostile)), max_size=2, unique=True)):
+            values[name] = draw(hostile[name])
+        return values
+
+    return build()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def offline() -> Iterator[None]:
+    """A hostile string is also a hub repo id ("org/name"): no test reaches for the network."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -166,27 +193,34 @@ def test_decode(tiny, ids, flag) -> None:
     _holds(lambda: tiny.decode(ids, skip_special_tokens=flag))
 
 
-CHAT_OPTIONS = st.fixed_dictionaries(
-    {},
-    optional={
-        "enable_thinking": FLAG,
-        "reasoning_effort": JSON_LIKE | st.sampled_from(["low", "medium", "high", "none"]),
-        "preserve_thinking": FLAG,
-        "add_generation_prompt": FLAG,
-        "add_vision_id": FLAG,
-        "on_template_change": st.sampled_from(["raise", "keep", "split"]) | JSON_LIKE,
+CHAT_OPTIONS = _options(
+    {
+        "enable_thinking": st.booleans(),
+        "reasoning_effort": st.sampled_from([None, "low", "medium", "xhigh", "none"]),
+        "preserve_thinking": st.booleans(),
+        "add_generation_prompt": st.booleans(),
+        "add_vision_id": st.booleans(),
+        "on_template_change": st.sampled_from(["raise", "keep", "split"]),
+    },
+    {
+        "enable_thinking": JSON_LIKE,
+        "reasoning_effort": JSON_LIKE,
+        "preserve_thinking": JSON_LIKE,
+        "add_generation_prompt": JSON_LIKE,
+        "add_vision_id": JSON_LIKE,
+        "on_template_change": JSON_LIKE,
         "tools_": TOOLS,  # an unknown option: refused by name
     },
 )
 # One step on a session: a method and its argument.
 SESSION_STEP = st.one_of(
-    st.tuples(st.just("append"), MESSAGE | JSON_LIKE),
-    st.tuples(st.just("extend"), st.lists(MESSAGE, max_size=2) | JSON_LIKE),
+    st.tuples(st.just("append"), st.tuples(MESSAGE | JSON_LIKE)),
+    st.tuples(st.just("extend"), st.tuples(st.lists(MESSAGE, max_size=2) | JSON_LIKE)),
     st.tuples(
         st.sampled_from(["pop", "prompt", "encoding", "trajectory", "rows", "generation_prompt"]),
-        st.none(),
+        st.just(()),
     ),
-    st.tuples(st.just("drift"), JSON_LIKE),
+    st.tuples(st.just("drift"), st.tuples(JSON_LIKE | st.integers(0, 4))),
     st.tuples(
         st.just("append_sampled"),
         st.fixed_dictionaries(
@@ -197,12 +231,13 @@ SESSION_STEP = st.one_of(
 )
 
 
-def _step(session: qe.ChatSession, name: str, argument: Any) -> Any:
+def _step(session: qe.ChatSession, name: str, arguments: Any) -> Any:
+    """``arguments``: a tuple of positional arguments, or append_sampled's keywords."""
     method = getattr(session, name)
     if name == "append_sampled":
-        ids = argument.pop("ids")
-        return method(ids, **argument)
-    return method() if argument is None else method(argument)
+        keywords = dict(arguments)
+        return method(keywords.pop("ids"), **keywords)
+    return method(*arguments)
 
 
 @SETTINGS
@@ -316,3 +351,303 @@ def test_a_surrogate_path_gives_a_printable_checkpoint_error() -> None:
     with pytest.raises(qe.CheckpointError) as raised:
         qe.validate_checkpoint("\ud800")
     str(raised.value).encode("utf-8")
+
+
+# -- the data functions --------------------------------------------------------------------------
+
+
+def _json_text(value: Any) -> Any:
+    try:
+        return json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return "[" * 3000  # what cannot be written as JSON is written broken
+
+
+def _subclasses(cls: type) -> set[str]:
+    return {cls.__name__}.union(*(_subclasses(sub) for sub in cls.__subclasses__()))
+
+
+# The kinds of error a row may carry: a request of the wrong shape, or an error raised on purpose.
+ROW_ERRORS = _subclasses(qe.QwenEncodeError) | {"RequestError"}
+REQUEST_KEYS = st.sampled_from(
+    [
+        "messages",
+        "tools",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "chat_template",
+        "reasoning_effort",
+        "return_token_strs",
+        "model",
+    ]
+)
+# A request value as it reaches a row: JSON text in a string column, or the value itself.
+CELL = MESSAGES.map(_json_text) | MESSAGES | JSON_LIKE | TOOLS
+COLUMN_SET = st.sampled_from(["trl", "axolotl", "all"])
+# Where a count is valid, 1 or 2 rows; never num_proc > 1, which starts worker processes
+# (test_data covers it; datasets clips a huge one to the row count).
+COUNT = st.integers(min_value=1, max_value=2)
+BAD_COUNT = (
+    st.integers(max_value=0)
+    | st.just(2**63)
+    | JSON_LIKE.filter(lambda v: isinstance(v, bool) or not isinstance(v, int) or v < 1)
+)
+ENGINE_VALID = {"markers_in_text": st.sampled_from(["literal", "reject", "atomic"])}
+ENGINE_HOSTILE = {"markers_in_text": JSON_LIKE, "engine": JSON_LIKE}
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> Any:
+    """A dict of columns (as datasets.map passes it), mostly of equal length, or any value."""
+    rows = draw(st.integers(min_value=0, max_value=3))
+    keys = draw(st.lists(REQUEST_KEYS | TEXT, max_size=4, unique=True))
+    column = st.lists(CELL, min_size=rows, max_size=rows)
+    batch = {key: draw(column | column | JSON_LIKE) for key in keys}
+    return draw(st.just(batch) | st.just(batch) | JSON_LIKE)
+
+
+def _answered(table: Any, rows: int | None) -> None:
+    """Every row answered, none by an error qwen-encode did not raise on purpose."""
+    import pyarrow as pa
+
+    assert isinstance(table, pa.Table)
+    if rows is not None:
+        assert table.num_rows == rows
+    for error in table.column("error").to_pylist():
+        assert error is None or error.split(":", 1)[0] in ROW_ERRORS, error
+
+
+@SETTINGS
+@given(st.integers(0, 5), _batches(), COLUMN_SET | JSON_LIKE)
+def test_encode_table(tiny, encoder_kind, batch, columns) -> None:
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e .[data]")
+    from qwen_encode import data
+
+    encoder = batch if encoder_kind == 0 else tiny  # mostly the real one
+    table = _holds(lambda: data.encode_table(encoder, batch, columns))
+    if not isinstance(table, qe.QwenEncodeError):
+        lengths = {len(v) for v in batch.values()} if isinstance(batch, dict) else set()
+        _answered(table, lengths.pop() if len(lengths) == 1 else None)
+
+
+def test_encode_table_refuses_what_is_not_a_batch(tiny) -> None:
+    # Found by test_encode_table: a column that is a number raised TypeError, columns of
+    # different lengths ValueError, and an encoder that is not one was answered in every row
+    # as an "unexpected AttributeError".
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e .[data]")
+    from qwen_encode import data
+
+    hi = [{"role": "user", "content": "hi"}]
+    with pytest.raises(qe.PromptError) as raised:
+        data.encode_table(tiny, {"messages": 5})
+    assert raised.value.field == "batch['messages']"
+    with pytest.raises(qe.PromptError, match="different lengths"):
+        data.encode_table(tiny, {"messages": [hi, hi], "tools": [None]})
+    with pytest.raises(qe.PromptError) as raised:
+        data.encode_table("tiny", {"messages": [hi]})  # type: ignore[arg-type]
+    assert raised.value.field == "encoder"
+
+
+DATASET_OPTIONS = _options(
+    {
+        "num_proc": st.none() | st.just(1),
+        "batch_size": COUNT,
+        "columns": COLUMN_SET,
+        "keep_columns": st.booleans(),
+        **ENGINE_VALID,
+    },
+    {
+        "num_proc": BAD_COUNT,
+        "batch_size": BAD_COUNT,
+        "columns": JSON_LIKE,
+        "keep_columns": JSON_LIKE,
+        **ENGINE_HOSTILE,
+    },
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(CELL.map(_json_text), max_size=3) | st.tuples(JSON_LIKE),
+    st.sampled_from(["encoder", "encoder", "path"]) | JSON_LIKE,
+    DATASET_OPTIONS,
+)
+def test_encode_dataset(tiny, messages, source, options) -> None:
+    datasets = pytest.importorskip(
+        "datasets", reason="datasets is not installed: pip install -e .[data]"
+    )
+    from qwen_encode import data
+
+    # A list: the rows' messages column, as JSON text; a 1-tuple: any value in the dataset's place.
+    dataset = (
+        datasets.Dataset.from_dict({"messages": messages})
+        if isinstance(messages, list)
+        else messages[0]
+    )
+    if isinstance(source, str):
+        source = {"encoder": tiny, "path": TINY}.get(source, source)
+    encoded = _holds(lambda: data.encode_dataset(dataset, source, **options))
+    if isinstance(encoded, datasets.Dataset):
+        _answered(encoded.data.table, len(messages))
+
+
+def test_encode_dataset_of_no_rows_has_the_columns(tiny) -> None:
+    # Found by test_encode_dataset: datasets.map never calls the row function on an empty
+    # dataset, so the result had no columns at all and a filter on "error" raised KeyError.
+    datasets = pytest.importorskip(
+        "datasets", reason="datasets is not installed: pip install -e .[data]"
+    )
+    from qwen_encode import data
+
+    empty = datasets.Dataset.from_dict({"messages": []})
+    assert data.encode_dataset(empty, tiny).column_names == list(data.COLUMNS["trl"])
+    kept = data.encode_dataset(empty, tiny, keep_columns=True)
+    assert kept.column_names == ["messages", *data.COLUMNS["trl"]]
+    with pytest.raises(qe.PromptError) as raised:
+        data.encode_dataset(empty, tiny, batch_size=2**63)
+    assert raised.value.field == "batch_size"  # datasets raised OverflowError for it
+
+
+# A path argument that is not one; a string is a path, and only named ones are written to.
+NOT_A_PATH = st.sampled_from(["", " "]) | JSON_LIKE.filter(lambda v: not isinstance(v, str))
+
+
+@contextlib.contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+INPUT_KINDS = ("file", "folder", "file", "folder", "not parquet", "missing", "empty folder")
+PARQUET_OPTIONS = _options(
+    {
+        "inputs": st.sampled_from(INPUT_KINDS),
+        "output": st.sampled_from(["new", "new", "existing folder", "nested"]),
+        "num_proc": st.none() | st.just(1),
+        "batch_size": COUNT,
+        "columns": COLUMN_SET,
+        "drop_errors": st.booleans(),
+        "resume": st.booleans(),
+        **ENGINE_VALID,
+    },
+    {
+        "inputs": NOT_A_PATH,
+        "output": NOT_A_PATH,
+        "num_proc": BAD_COUNT,
+        "batch_size": BAD_COUNT,
+        "columns": JSON_LIKE,
+        "drop_errors": JSON_LIKE,
+        "resume": JSON_LIKE,
+        "progress": JSON_LIKE,
+        **ENGINE_HOSTILE,
+    },
+)
+
+
+def _parquet_input(root: Path, kind: str, cells: list[Any]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"messages": pa.array([_json_text(c) for c in cells], type=pa.string())})
+    if kind == "file":
+        pq.write_table(table, root / "in.parquet")
+        return root / "in.parquet"
+    folder = root / "in"
+    folder.mkdir()
+    if kind == "folder":
+        pq.write_table(table, folder / "a.parquet")
+        pq.write_table(table.slice(0, 1), folder / "b.parquet")
+    elif kind == "not parquet":
+        (folder / "a.parquet").write_bytes(b"PAR1 not really")
+    return folder / "missing" if kind == "missing" else folder
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(CELL, max_size=3), PARQUET_OPTIONS)
+def test_encode_parquet(tiny, tmp_path_factory, cells, options) -> None:
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e .[data]")
+    from qwen_encode import data
+
+    root: Path = tmp_path_factory.mktemp("parquet")
+    inputs, output = options.pop("inputs"), options.pop("output")
+    if isinstance(inputs, str) and inputs in INPUT_KINDS:
+        inputs = _parquet_input(root, inputs, cells)
+    if isinstance(output, str):
+        named = {"new": root / "out", "existing folder": root, "nested": root / "a" / "b" / "out"}
+        output = named.get(output, output)
+    options.setdefault("progress", [].append)
+    with _inside(root):  # a relative path lands there, whatever it is
+        summary = _holds(lambda: data.encode_parquet(tiny, inputs, output, **options))
+    if isinstance(summary, data.Summary):
+        assert summary.rows >= summary.error_rows
+        assert set(summary.errors) <= ROW_ERRORS, summary.errors
+
+
+def test_encode_parquet_refuses_bad_arguments_and_files(tiny, tmp_path: Path) -> None:
+    # Found by test_encode_parquet: a path that is no path, a batch_size or num_proc that is no
+    # count and a progress that is not callable raised TypeError or ValueError, a file that is
+    # not Parquet pyarrow's ArrowInvalid, an output in a folder not yet made FileNotFoundError.
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e .[data]")
+    from qwen_encode import data
+
+    good = _parquet_input(tmp_path, "file", [[{"role": "user", "content": "hi"}]])
+    out = tmp_path / "out.parquet"
+    for keywords, field in [
+        ({"inputs": 5}, "input"),
+        ({"output": 5}, "output"),
+        ({"output": ""}, "output"),  # Path("") would be the current directory
+        ({"batch_size": "x"}, "batch_size"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"num_proc": "x"}, "num_proc"),
+        ({"progress": 5}, "progress"),
+        ({"resume": "yes"}, "resume"),
+    ]:
+        arguments: dict[str, Any] = {"inputs": good, "output": out, **keywords}
+        with pytest.raises(qe.PromptError) as raised:
+            data.encode_parquet(tiny, **arguments)
+        assert raised.value.field == field, keywords
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(qe.PromptError, match="not a readable Parquet file"):
+        data.encode_parquet(tiny, tmp_path / "bad.parquet", out)
+    assert not out.exists()
+    summary = data.encode_parquet(tiny, good, tmp_path / "new" / "folder" / "out.parquet")
+    assert summary.rows == 1 and summary.error_rows == 0
+
+
+def test_encode_ray(tiny, tmp_path: Path) -> None:
+    """``encode_ray``'s arguments, each bad in turn, are refused before a cluster is started;
+    then one good run. Run where Ray is installed (scripts/integration_env.sh train)."""
+    pytest.importorskip(
+        "ray", reason="Ray is not installed: scripts/integration_env.sh train builds a venv with it"
+    )
+    from qwen_encode import data
+
+    good = _parquet_input(tmp_path, "file", [[{"role": "user", "content": "hi"}], 5])
+    out = tmp_path / "out"
+    for keywords, field in [
+        ({"inputs": 5}, "inputs"),
+        ({"inputs": [good, None]}, "inputs[1]"),
+        ({"output": 5}, "output"),
+        ({"actors": 0}, "actors"),
+        ({"actors": "2"}, "actors"),
+        ({"batch_size": 2**63}, "batch_size"),
+        ({"drop_errors": "yes"}, "drop_errors"),
+        ({"columns": ["trl"]}, "columns"),
+        ({"address": 5}, "address"),
+    ]:
+        arguments: dict[str, Any] = {"inputs": good, "output": out, **keywords}
+        with pytest.raises(qe.PromptError) as raised:
+            data.encode_ray(tiny, **arguments)
+        assert raised.value.field == field, keywords
+    summary = data.encode_ray(tiny, good, out, actors=1)
+    assert (summary.rows, summary.error_rows) == (2, 1)
+    assert set(summary.errors) <= ROW_ERRORS
