@@ -298,6 +298,10 @@ def _why_unloadable(path: Path, error: Exception) -> str:
         return f"{path}: not UTF-8 text, so not a tokenizer.json ({decode_error})"
     except json.JSONDecodeError as json_error:
         return f"{path}: invalid JSON ({json_error})"
+    except RecursionError:
+        return f"{path}: JSON nested too deeply to read"
+    except ValueError as value_error:  # an integer past Python's digit limit (4300 digits)
+        return f"{path}: JSON that cannot be read ({value_error})"
     return f"{path}: valid JSON but not a tokenizer.json that tokenizers can load ({error})"
 
 

@@ -353,14 +353,122 @@ def test_a_surrogate_path_gives_a_printable_checkpoint_error() -> None:
     str(raised.value).encode("utf-8")
 
 
-# -- the data functions --------------------------------------------------------------------------
-
-
 def _json_text(value: Any) -> Any:
     try:
         return json.dumps(value)
     except (ValueError, TypeError, RecursionError):
         return "[" * 3000  # what cannot be written as JSON is written broken
+
+
+# -- checkpoint reports ----------------------------------------------------------------------------
+
+# Templates that run: each returns in bounded time. (A template that loops 10**10 times or builds
+# a 100 MB string is not refused in bounded time yet: the sandbox limits range(), nothing else.)
+TEMPLATE = st.sampled_from(
+    [
+        "{{ raise_exception('refused') }}",
+        "{{ messages",
+        "{{ foo.bar.baz }}",
+        "",
+        "\ud800",
+        "\x00{{ messages[0].content }}",
+        "{% for m in messages %}{{ m.role }}{% endfor %}",
+        "{{ messages | tojson }}{{ tools | tojson }}",
+        "{% generation %}{{ messages[-1].content }}{% endgeneration %}",
+        (TINY / "chat_template.jinja").read_text(encoding="utf-8") + "\n",
+    ]
+)
+CONFIG_KEYS = st.sampled_from(
+    [
+        "chat_template",
+        "eos_token_id",
+        "eos_token",
+        "pad_token",
+        "bos_token",
+        "added_tokens_decoder",
+        "vocab_size",
+        "tie_word_embeddings",
+        "model_type",
+        "added_tokens",
+        "model",
+    ]
+)
+# A side file's content: an object with the keys the reports read, holding anything (a template
+# where one is read), or any JSON value, or bytes that are not JSON.
+SIDE_FILE = (
+    st.dictionaries(CONFIG_KEYS, JSON_LIKE | TEMPLATE, max_size=4).map(_json_text)
+    | JSON_LIKE.map(_json_text)
+    | st.sampled_from(["", "{", "\udcff", '{"eos_token_id": ' + "9" * 5000 + "}", "[" * 3000])
+)
+CHECKPOINT_FILES = st.sampled_from(
+    [
+        "generation_config.json",
+        "config.json",
+        "tokenizer_config.json",
+        "tokenizer.json",
+        "chat_template.jinja",
+    ]
+)
+
+
+def _hostile_copy(root: Path, edits: dict[str, str]) -> Path:
+    """The tiny checkpoint with ``edits`` written over its files (bytes that are not UTF-8 as
+    they come: a lone surrogate written as its three bytes)."""
+    root.mkdir(exist_ok=True)
+    for file in TINY.iterdir():
+        shutil.copy(file, root / file.name)
+    for name, text in edits.items():
+        (root / name).write_bytes(text.encode("utf-8", "surrogatepass"))
+    return root
+
+
+EDITS = st.dictionaries(CHECKPOINT_FILES, SIDE_FILE | TEMPLATE, max_size=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(EDITS, st.sampled_from(["copy", "copy", "tiny"]) | JSON_LIKE)
+def test_checkpoint_report(tmp_path_factory, edits, against) -> None:
+    folder = _hostile_copy(tmp_path_factory.mktemp("ckpt"), edits)
+    if isinstance(against, str):
+        against = {"copy": folder, "tiny": TINY}.get(against, against)
+    for call in (
+        lambda: qe.checkpoint_report(folder),
+        lambda: qe.checkpoint_report(TINY, against=against),
+        lambda: qe.validate_checkpoint(folder),
+    ):
+        report = _holds(call)
+        if not isinstance(report, qe.QwenEncodeError):
+            json.dumps(report.to_dict())  # the report itself is JSON
+
+
+@settings(max_examples=25, deadline=None)
+@given(EDITS, st.booleans(), JSON_LIKE)
+def test_compare_checkpoints(tmp_path_factory, edits, base_first, source) -> None:
+    folder = _hostile_copy(tmp_path_factory.mktemp("ckpt"), edits)
+    pair = (TINY, folder) if base_first else (folder, TINY)
+    comparison = _holds(lambda: qe.compare_checkpoints(*pair))
+    if isinstance(comparison, qe.Comparison):
+        json.dumps(comparison.to_dict())
+    _holds(lambda: qe.compare_checkpoints(source, TINY))
+    _holds(lambda: qe.compare_checkpoints(TINY, source))
+
+
+def test_checkpoint_files_that_broke_the_reports(tmp_path: Path) -> None:
+    # Found by test_checkpoint_report: a tokenizer_config.json chat_template holding a lone
+    # surrogate ("\ud800" in JSON) raised UnicodeEncodeError while hashing it, and a
+    # tokenizer.json holding an integer past Python's 4300-digit limit ValueError while the
+    # load failure was being explained.
+    surrogate = _hostile_copy(
+        tmp_path / "a", {"tokenizer_config.json": '{"chat_template": "\\ud800"}'}
+    )
+    report = qe.checkpoint_report(surrogate)
+    json.dumps(report.to_dict())
+    digits = _hostile_copy(tmp_path / "b", {"tokenizer.json": '{"x": ' + "9" * 5000 + "}"})
+    with pytest.raises(qe.CheckpointError, match="cannot be read"):
+        qe.validate_checkpoint(digits)
+
+
+# -- the data functions --------------------------------------------------------------------------
 
 
 def _subclasses(cls: type) -> set[str]:

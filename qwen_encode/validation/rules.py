@@ -68,7 +68,11 @@ def check_template(
     files: CheckpointFiles, config: Mapping[str, Any] | None
 ) -> tuple[TemplateKind, str | None, list[Problem]]:
     in_config = template_text(config)
-    config_sha = None if in_config is None else sha256_of(in_config.encode("utf-8"))
+    # A JSON string may hold a lone surrogate ("\ud800"), which UTF-8 cannot encode: hashed as
+    # the code points it holds, it is simply not the official template.
+    config_sha = (
+        None if in_config is None else sha256_of(in_config.encode("utf-8", "surrogatepass"))
+    )
     if files.chat_template is not None:
         # transformers prefers chat_template.jinja over tokenizer_config.json's field.
         sha, where = sha256_of(read_bytes(files.chat_template)), "chat_template.jinja"
