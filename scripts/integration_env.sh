@@ -41,13 +41,14 @@ group_vllm() {
     make_venv vllm -e ".[vllm]" "vllm==0.33.0" "pytest>=8" "hypothesis>=6.100"
     refresh vllm
     run_tests vllm tests/integrations/test_vllm.py tests/integrations/test_vllm_serving.py \
-        tests/integrations/test_vllm_render_server.py
+        tests/integrations/test_vllm_render_server.py tests/integrations/test_engine_robustness.py
 }
 
 group_sglang() {
     make_venv sglang -e ".[sglang]" "sglang==0.5.23" "pytest>=8" "hypothesis>=6.100"
     refresh sglang
-    run_tests sglang tests/integrations/test_sglang.py tests/integrations/test_sglang_serving.py
+    run_tests sglang tests/integrations/test_sglang.py tests/integrations/test_sglang_serving.py \
+        tests/integrations/test_engine_robustness.py
 }
 
 # torch is pinned to the CPU build that lies on this machine's disk: a bare "torch" (or TRL asking

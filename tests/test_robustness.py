@@ -360,6 +360,67 @@ def _json_text(value: Any) -> Any:
         return "[" * 3000  # what cannot be written as JSON is written broken
 
 
+# -- the engine plugins' parsing core --------------------------------------------------------------
+
+# What an engine hands its parser: the model's text (any string: marker soup, half a call, a call
+# whose arguments do not fit the schema), or token IDs of the vocabulary, in chunks; the request's
+# tools (any JSON inside a list of objects) and chat_template_kwargs (any JSON object).
+MODEL_TEXT = OUTPUT.filter(lambda v: isinstance(v, str)) | TEXT | HOSTILE_TEXT
+REQUEST_TOOLS = st.none() | st.lists(
+    st.fixed_dictionaries(
+        {"type": st.just("function"), "function": st.fixed_dictionaries({"name": NAME})},
+        optional={"parameters": JSON_LIKE},
+    )
+    | st.dictionaries(TEXT, JSON_LIKE, max_size=2),
+    max_size=2,
+)
+
+
+class _TinyTokenizer:
+    """The tiny vocabulary as an engine's tokenizer (get_vocab, decode): what the plugins wrap in
+    ``TokenizerMarkers``."""
+
+    def __init__(self, encoder: qe.Encoder) -> None:
+        self._tokenizer = encoder.vocabulary.tokenizer
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._tokenizer.get_vocab(with_added_tokens=True))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+
+
+@SETTINGS
+@given(
+    st.lists(MODEL_TEXT, max_size=4),
+    st.lists(st.lists(st.integers(0, 2080), max_size=8), max_size=4),
+    REQUEST_TOOLS,
+    st.booleans(),
+    JSON_LIKE | st.dictionaries(st.just("enable_thinking"), JSON_LIKE),
+)
+def test_engine_parser_core(tiny, texts, id_chunks, tools, thinking, kwargs) -> None:
+    """What the vLLM and SGLang parser classes run (integrations._common), driven as they drive
+    it: the engines themselves are tested in tests/integrations/test_engine_robustness.py."""
+    from qwen_encode.integrations import _common as core
+
+    _holds(lambda: core.chat_thinking(kwargs))
+    dicts = _holds(lambda: core.tool_dicts(tools))
+    whole = "".join(texts)
+    _holds(lambda: core.answer_of(whole, dicts))
+    _holds(lambda: core.split_reasoning_text(whole, thinking))
+    reasoning = core.ReasoningText(thinking)
+    for text in texts:
+        _holds(lambda t=text: reasoning.feed(t))
+    _holds(reasoning.finish)
+    markers = core.TokenizerMarkers(_TinyTokenizer(tiny))
+    for chunks, encoder in ((texts, None), (id_chunks, markers)):
+        stream = _holds(lambda e=encoder: core.AnswerStream(tools=dicts, encoder=e))
+        if isinstance(stream, core.AnswerStream):
+            for chunk in chunks:
+                _holds(lambda c=chunk, s=stream: s.feed(c))
+            _holds(stream.finish)
+
+
 # -- checkpoint reports ----------------------------------------------------------------------------
 
 # Templates that run: each returns in bounded time. (A template that loops 10**10 times or builds
