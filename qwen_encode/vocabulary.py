@@ -50,7 +50,7 @@ from .checkpoint_json import (
     read_bytes,
     read_json,
 )
-from .errors import CheckpointError, VocabularyError
+from .errors import CheckpointError, PromptError, VocabularyError
 from .markers import PROTOCOL_MARKERS, TURN_CLOSE
 from .problems import Problem
 from .validation.rules import QWEN38_TEMPLATE_SHA256 as QWEN38_TEMPLATE_SHA256
@@ -204,6 +204,11 @@ def load_vocabulary(files: CheckpointFiles) -> Vocabulary:
     vocabulary. Template, stop-token and embedding problems do not prevent loading; they are in
     ``report.problems``.
     """
+    if not isinstance(files, CheckpointFiles):
+        raise PromptError(
+            f"expected CheckpointFiles (from resolve_checkpoint), got {type(files).__name__}",
+            field="files",
+        )
     tokenizer, report = _inspect(files)
     if not report.vocabulary_ok:
         raise VocabularyError(str(files.tokenizer_json), report.vocabulary_problems)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 import qwen_encode as qe
 from qwen_encode import markers as mk
@@ -112,10 +113,16 @@ def _holds(call: Callable[[], Any]) -> Any:
         result = call()
     except qe.QwenEncodeError as error:
         str(error).encode("utf-8")  # and its message is printable
-        event(f"raised {type(error).__name__} ({getattr(error, 'field', None)})")
+        _event(f"raised {type(error).__name__} ({getattr(error, 'field', None)})")
         return error
-    event("returned")
+    _event("returned")
     return result
+
+
+def _event(text: str) -> None:
+    """Counted in --hypothesis-show-statistics (how often each outcome was reached)."""
+    if currently_in_test_context():
+        event(text)
 
 
 def _options(valid: dict[str, Any], hostile: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -820,3 +827,116 @@ def test_encode_ray(tiny, tmp_path: Path) -> None:
     summary = data.encode_ray(tiny, good, out, actors=1)
     assert (summary.rows, summary.error_rows) == (2, 1)
     assert set(summary.errors) <= ROW_ERRORS
+
+
+# -- the rest of what qwen_encode exports ----------------------------------------------------------
+
+PATHISH = st.sampled_from(["tiny", "tiny", "org/name"]) | JSON_LIKE
+HUB_OPTIONS = st.fixed_dictionaries(
+    {},
+    optional={"revision": JSON_LIKE, "cache_dir": JSON_LIKE, "local_files_only": FLAG},
+)
+
+
+def _source(value: Any) -> Any:
+    return TINY if value == "tiny" else value
+
+
+@SETTINGS
+@given(PATHISH, HUB_OPTIONS, JSON_LIKE, _options({}, ENGINE_HOSTILE))
+def test_checkpoint_entry_points(source, hub, cache_bytes, engine) -> None:
+    files = _holds(lambda: qe.resolve_checkpoint(_source(source), **hub))
+    _holds(lambda: qe.load_vocabulary(files if isinstance(files, qe.CheckpointFiles) else source))
+    _holds(lambda: qe.validate_gguf(_source(source)))
+    _holds(lambda: qe.validate_gguf(TINY, against=_source(source)))
+    _holds(
+        lambda: qe.Encoder.from_pretrained(
+            _source(source), cache_bytes=cache_bytes, **hub, **engine
+        )
+    )
+
+
+def test_checkpoint_arguments_that_are_not_what_they_must_be() -> None:
+    # Found by test_checkpoint_entry_points: a cache_dir that is no path raised TypeError inside
+    # huggingface_hub and one with a lone surrogate UnicodeEncodeError; load_vocabulary with no
+    # CheckpointFiles AttributeError; validate_gguf with a number TypeError.
+    for options, field in [
+        ({"cache_dir": 5}, "cache_dir"),
+        ({"cache_dir": "\ud800"}, "cache_dir"),
+        ({"revision": 5}, "revision"),
+        ({"local_files_only": "yes"}, "local_files_only"),
+    ]:
+        with pytest.raises(qe.PromptError) as raised:
+            qe.resolve_checkpoint("org/name", **options)
+        assert raised.value.field == field
+    with pytest.raises(qe.PromptError) as raised:
+        qe.load_vocabulary(str(TINY))  # type: ignore[arg-type]
+    assert raised.value.field == "files"
+    with pytest.raises(qe.CheckpointError, match="expected a path"):
+        qe.validate_gguf(5)  # type: ignore[arg-type]
+
+
+@SETTINGS
+@given(MESSAGE | JSON_LIKE, JSON_LIKE | st.integers(-2, 5), FLAG, FLAG, JSON_LIKE)
+def test_protocol_entry_points(message, number, keep, vision, value) -> None:
+    _holds(lambda: qe.format_turn(message, index=number, keep_reasoning=keep, add_vision_id=vision))
+    _holds(lambda: qe.reasoning_effort_from_scale(number))
+    _holds(lambda: qe.reasoning_instruction(value))
+    _holds(lambda: qe.ReasoningEffort.parse(value))
+    _holds(lambda: qe.serialize_tool_signatures(value))
+    _holds(lambda: qe.Turn(role=value, content=value))
+    _holds(lambda: qe.ToolCall(name=value, arguments=value))
+    _holds(lambda: qe.TextBlock(value))
+    turns = _holds(lambda: qe.turns_from_messages([message]))
+    if isinstance(turns, list):
+        plan = _holds(lambda: qe.plan_prompt(turns, enable_thinking=keep, add_vision_id=vision))
+        if isinstance(plan, qe.PromptPlan):
+            _holds(lambda: qe.render_turn(turns[0], 0, plan.layouts[0], add_vision_id=vision))
+
+
+@SETTINGS
+@given(IDS, JSON_LIKE, JSON_LIKE)
+def test_encoder_arguments(tiny, ids, side, errors) -> None:
+    _holds(lambda: tiny.check_ids(ids))
+    _holds(lambda: tiny.pad([], side=side, pad_id=ids))
+    _holds(lambda: tiny.encode_batch([], errors=errors))
+
+
+# Bugs in the protocol, prompt and encoder modules, reported to their owner rather than fixed here;
+# each case must keep failing until it is fixed (strict), then the mark goes.
+HI = {"role": "user", "content": "hi"}
+_OWNED_ELSEWHERE = [
+    ("plan_prompt with a number for turns", lambda e: qe.plan_prompt(5)),
+    ("plan_prompt with a string in turns", lambda e: qe.plan_prompt(["x"])),
+    (
+        "plan_prompt with previous that is no plan",
+        lambda e: qe.plan_prompt(
+            qe.turns_from_messages([{"role": "user", "content": "hi"}]), previous=5
+        ),
+    ),
+    (
+        "render_turn with a layout that is no layout",
+        lambda e: qe.render_turn(qe.turns_from_messages([{"role": "user"}])[0], 0, 5),
+    ),
+    (
+        "render_turn with a number for the turn",
+        lambda e: qe.render_turn(5, 0, qe.plan_prompt(qe.turns_from_messages([HI])).layouts[0]),
+    ),
+    ("tools_section with a 5000-digit integer", lambda e: qe.tools_section(10**5000)),
+    ("encode of Prompt(5)", lambda e: e.encode(qe.Prompt(5))),
+    ("encode of a Text holding a list", lambda e: e.encode(qe.Prompt((qe.Text([1]),)))),
+    ("encode of a Special holding a list", lambda e: e.encode(qe.Prompt((qe.Special([1]),)))),
+    ("Encoder with no Vocabulary", lambda e: qe.Encoder(5)),
+]
+
+
+@pytest.mark.parametrize(
+    "call", [case for _, case in _OWNED_ELSEWHERE], ids=[name for name, _ in _OWNED_ELSEWHERE]
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="protocol.py/prompt.py/encoder.py raise TypeError/AttributeError/ValueError for it "
+    "(the speed developer's files: reported with this reproduction, not fixed here)",
+)
+def test_entry_points_owned_elsewhere(tiny, call) -> None:
+    _holds(lambda: call(tiny))
