@@ -20,6 +20,7 @@ from hypothesis.control import currently_in_test_context
 
 import qwen_encode as qe
 from qwen_encode import markers as mk
+from qwen_encode.data import REQUEST_FIELDS
 from tests.conftest import ROOT
 
 TINY = ROOT / "fixtures" / "qwen3.8-tiny"
@@ -545,19 +546,8 @@ def _subclasses(cls: type) -> set[str]:
 
 # The kinds of error a row may carry: a request of the wrong shape, or an error raised on purpose.
 ROW_ERRORS = _subclasses(qe.QwenEncodeError) | {"RequestError"}
-REQUEST_KEYS = st.sampled_from(
-    [
-        "messages",
-        "tools",
-        "add_generation_prompt",
-        "continue_final_message",
-        "chat_template_kwargs",
-        "chat_template",
-        "reasoning_effort",
-        "return_token_strs",
-        "model",
-    ]
-)
+# The request fields the row function reads (chat_template among them: refused), and one it ignores.
+REQUEST_KEYS = st.sampled_from(sorted(REQUEST_FIELDS | {"model"}))
 # A request value as it reaches a row: JSON text in a string column, or the value itself.
 CELL = MESSAGES.map(_json_text) | MESSAGES | JSON_LIKE | TOOLS
 COLUMN_SET = st.sampled_from(["trl", "axolotl", "all"])
