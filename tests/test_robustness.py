@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -520,6 +521,28 @@ def test_compare_checkpoints(tmp_path_factory, edits, base_first, source) -> Non
         json.dumps(comparison.to_dict())
     _holds(lambda: qe.compare_checkpoints(source, TINY))
     _holds(lambda: qe.compare_checkpoints(TINY, source))
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ 'a' * 100000000 }}",
+        "{{ ([1] * 100000000) | length }}",
+        "{{ 7 ** 10000000 }}",
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    ],
+    ids=["repeated string", "repeated list", "power", "nested ranges"],
+)
+def test_a_template_that_would_not_end_is_refused_in_bounded_time(tmp_path, template) -> None:
+    # Found while driving checkpoint_report with hostile templates: the sandbox capped one
+    # range() but not repetition (112 s for the string) nor nested loops (days). Each probe now
+    # reports the template raising SecurityError, and the report comes back at once.
+    folder = _hostile_copy(tmp_path, {"chat_template.jinja": template})
+    started = time.monotonic()
+    report = qe.checkpoint_report(folder)
+    assert time.monotonic() - started < 30
+    behaviour = report.to_dict()["template_behaviour"]
+    assert "SecurityError" in json.dumps(behaviour)
 
 
 def test_checkpoint_files_that_broke_the_reports(tmp_path: Path) -> None:
