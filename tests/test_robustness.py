@@ -1,7 +1,14 @@
-"""Every public entry point driven with arbitrary JSON-like values (issue 9): lone surrogates, NUL,
-huge integers, deep nesting, wrong types everywhere. The result is a value or a
-``QwenEncodeError``, never TypeError, AttributeError, KeyError, RecursionError, OverflowError or
-UnicodeError. Runs on the committed tiny vocabulary, so it needs no ../shared."""
+"""Every public entry point driven with arbitrary JSON-like values: lone surrogates, NUL, huge
+integers, deep nesting, wrong types everywhere; and with hostile files (checkpoints, templates,
+Parquet). The result is a value or a ``QwenEncodeError``, never TypeError, AttributeError,
+KeyError, RecursionError, OverflowError or UnicodeError; a batch job answers every row, none with
+an error qwen-encode did not raise on purpose.
+
+Covered: conversations, prompts and tool calls; the encoder and chat sessions (every option and
+method); parsing, batch and streaming; checkpoints, reports and comparisons; the data functions
+(encode_table, encode_dataset, encode_parquet, and encode_ray where Ray is installed); the engine
+plugins' parsing core (the engines' classes: tests/integrations/test_engine_robustness.py).
+Runs offline on the committed tiny vocabulary, so it needs no ../shared."""
 
 from __future__ import annotations
 
