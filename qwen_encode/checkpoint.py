@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .errors import CheckpointError, shown
+from .errors import CheckpointError, PromptError, shown
 
 TOKENIZER_JSON: Final = "tokenizer.json"
 TOKENIZER_CONFIG: Final = "tokenizer_config.json"
@@ -135,12 +135,38 @@ def path_kind(path: Path) -> str | None:
     return "not a regular file"
 
 
+def _check_hub_options(revision: object, cache_dir: object, local_files_only: object) -> None:
+    """The hub arguments' types, checked before anything is looked up (a number as cache_dir
+    raised TypeError inside huggingface_hub, a name no file system can hold UnicodeEncodeError)."""
+    if revision is not None and not isinstance(revision, str):
+        raise PromptError(f"must be a str or None, got {shown(revision)}", field="revision")
+    if local_files_only is not None and not isinstance(local_files_only, bool):
+        raise PromptError(
+            f"must be a bool or None, got {shown(local_files_only)}", field="local_files_only"
+        )
+    if cache_dir is None:
+        return
+    if not isinstance(cache_dir, str | os.PathLike):
+        raise PromptError(
+            f"must be a path (a str or os.PathLike) or None, got {shown(cache_dir)}",
+            field="cache_dir",
+        )
+    try:
+        os.fsencode(cache_dir)
+    except (UnicodeEncodeError, TypeError):  # a lone surrogate; a __fspath__ giving no path
+        raise PromptError(
+            f"{shown(cache_dir)} cannot be a file name on this system", field="cache_dir"
+        ) from None
+
+
 def _source_text(source: object) -> str:
     """``source`` as a path string, or ``CheckpointError`` saying what was expected."""
-    try:
-        text = os.fspath(source)  # type: ignore[call-overload]
-    except TypeError:
-        text = None
+    text: str | bytes | None = None
+    if isinstance(source, str | bytes | os.PathLike):  # PathLike: any object with __fspath__
+        try:
+            text = os.fspath(source)
+        except TypeError:  # a __fspath__ that returns neither str nor bytes
+            text = None
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     if not isinstance(text, str):
@@ -178,6 +204,7 @@ def resolve_checkpoint(
     from the cache only (``refs/<revision>`` -> ``snapshots/<commit>/``). Raises
     ``CheckpointError`` naming the path or repo when nothing usable is found.
     """
+    _check_hub_options(revision, cache_dir, local_files_only)
     text = _source_text(source)
     path = Path(text)
     with contextlib.suppress(RuntimeError):  # "~nobody/x": no such user; reported as missing
@@ -269,7 +296,7 @@ def _resolve_hub(
     # Imported here: it costs ~0.3 s and local checkpoints never need it.
     import huggingface_hub
     import huggingface_hub.constants  # the lazy top-level module does not expose it (2.x)
-    from huggingface_hub.utils import (
+    from huggingface_hub.errors import (  # their public home since 0.25; utils only re-imports them
         GatedRepoError,
         HfHubHTTPError,
         HFValidationError,

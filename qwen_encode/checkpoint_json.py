@@ -43,6 +43,13 @@ _LEAF: Final = rb"[\[{]" + _PLAIN + rb"(?:" + _STRING_RE + _PLAIN + rb")*[\]}]"
 _FLAT = re.compile(_PLAIN + rb"(?:(?:" + _STRING_RE + rb"|" + _LEAF + rb")" + _PLAIN + rb")*", re.S)
 
 
+def _past(pattern: re.Pattern[bytes], data: bytes | mmap.mmap, i: int) -> int:
+    """Where ``pattern`` stops matching from ``i``; _BLANKS and _FLAT also match the empty text,
+    so they never fail and this is ``i`` at least."""
+    match = pattern.match(data, i)
+    return i if match is None else match.end()
+
+
 def checked_size(path: Path, limit: int) -> int:
     """The size of ``path``, after checking it is a regular file (never open a FIFO: it blocks)
     no larger than ``limit``; ``CheckpointError`` naming the path otherwise."""
@@ -138,18 +145,18 @@ def declared_added_tokens(path: Path) -> list[Any] | None:
 def top_level_added_tokens(data: bytes | mmap.mmap) -> list[Any] | None:
     """The value of the top-level key "added_tokens" of the JSON object in ``data`` (a list), or
     None when there is no such key or the text is not a well-formed object."""
-    i = _BLANKS.match(data, 0).end()
+    i = _past(_BLANKS, data, 0)
     if data[i : i + 1] != b"{":
         return None
     i += 1
     while True:
-        key = _STRING.match(data, _BLANKS.match(data, i).end())
+        key = _STRING.match(data, _past(_BLANKS, data, i))
         if key is None:
             return None  # the closing }, or not JSON
-        i = _BLANKS.match(data, key.end()).end()
+        i = _past(_BLANKS, data, key.end())
         if data[i : i + 1] != b":":
             return None
-        start = _BLANKS.match(data, i + 1).end()
+        start = _past(_BLANKS, data, i + 1)
         end = _skip_value(data, start)
         if end is None:
             return None
@@ -160,7 +167,7 @@ def top_level_added_tokens(data: bytes | mmap.mmap) -> list[Any] | None:
             except (ValueError, RecursionError):
                 return None
             return value if isinstance(value, list) else None
-        i = _BLANKS.match(data, end).end()
+        i = _past(_BLANKS, data, end)
         if data[i : i + 1] != b",":
             return None
         i += 1
@@ -185,4 +192,4 @@ def _skip_value(data: bytes | mmap.mmap, i: int) -> int | None:
         i += 1
         if depth == 0:
             return i
-        i = _FLAT.match(data, i).end()
+        i = _past(_FLAT, data, i)

@@ -42,7 +42,7 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -141,25 +141,89 @@ def _rows(batch: Any) -> list[dict[str, Any]]:
 
     if isinstance(batch, pa.Table | pa.RecordBatch):
         names = [name for name in batch.schema.names if name in REQUEST_FIELDS]
-        return batch.select(names).to_pylist()
+        rows: list[dict[str, Any]] = batch.select(names).to_pylist()
+        return rows
     if not isinstance(batch, Mapping):
         raise PromptError(
             f"expected a pyarrow Table or a dict of columns, got {type(batch).__name__}",
             field="batch",
         )
+    lengths = set()
+    for name, column in batch.items():
+        length = _column_length(column)
+        if length is None:
+            raise PromptError(
+                f"a column must be a list of values, got {type(column).__name__}",
+                field=f"batch[{shown(name)}]",
+            )
+        lengths.add(length)
+    if len(lengths) > 1:
+        raise PromptError(f"columns of different lengths {sorted(lengths)}", field="batch")
     names = [name for name in batch if name in REQUEST_FIELDS]
     if not names:
-        return [{} for _ in range(len(next(iter(batch.values()), [])))]
+        return [{} for _ in range(lengths.pop() if lengths else 0)]
     return [
         dict(zip(names, values, strict=True))
         for values in zip(*(batch[n] for n in names), strict=True)
     ]
 
 
+def _column_length(column: Any) -> int | None:
+    """The length of a column of a dict batch (a list, or the numpy array a formatted dataset
+    passes), or None when it is not a column of values."""
+    if isinstance(column, str | bytes | Mapping) or not isinstance(column, Iterable):
+        return None
+    if not isinstance(column, Sized):
+        return None
+    try:
+        return len(column)
+    except TypeError:  # a 0-d numpy array is Sized, but has no len()
+        return None
+
+
 def _check_columns(columns: str) -> tuple[str, ...]:
     if not isinstance(columns, str) or columns not in COLUMNS:
         raise PromptError(f"must be one of {tuple(COLUMNS)}, got {shown(columns)}", field="columns")
     return COLUMNS[columns]
+
+
+# The largest row count or process count taken: datasets and pyarrow pass them on as C integers
+# (2**63 raised OverflowError inside datasets.map), and no batch of rows reaches it.
+_MAX_COUNT = 2**31 - 1
+
+
+def _check_count(value: Any, name: str, *, optional: bool = False) -> None:
+    """``value`` is a positive integer up to ``_MAX_COUNT`` (or None where ``optional``); else
+    ``PromptError``."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_COUNT:
+        expected = f"an integer from 1 to {_MAX_COUNT}" + (" or None" if optional else "")
+        raise PromptError(f"must be {expected}, got {shown(value)}", field=name)
+
+
+def _check_flags(**flags: Any) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise PromptError(f"must be a bool, got {shown(value)}", field=name)
+
+
+def _check_path(value: Any, name: str) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        raise PromptError(
+            f"expected a path (a str or os.PathLike), got {type(value).__name__}", field=name
+        )
+    if not os.fspath(value).strip():
+        # Path("") is the current directory: an unset variable would read or write shards there.
+        raise PromptError(f"expected a path, got the empty string {value!r}", field=name)
+    return Path(value)
+
+
+def _check_encoder(encoder: Any) -> None:
+    from .encoder import Encoder
+
+    if not isinstance(encoder, Encoder):
+        raise PromptError(f"expected an Encoder, got {type(encoder).__name__}", field="encoder")
 
 
 def encode_table(encoder: Encoder, batch: Any, columns: ColumnSet = "trl") -> pa.Table:
@@ -178,7 +242,12 @@ def encode_requests(
     import numpy as np
     import pyarrow as pa
 
+    _check_encoder(encoder)
     names = _check_columns(columns)
+    if isinstance(requests, str | bytes | Mapping) or not isinstance(requests, Iterable):
+        raise PromptError(
+            f"expected a list of requests, got {type(requests).__name__}", field="requests"
+        )
     rows = list(requests)
     errors: list[str | None] = [None] * len(rows)
     prompts: list[Prompt] = []
@@ -374,16 +443,15 @@ def encode_dataset(
     answers row *i*; error rows are kept (filter on ``error`` to drop them). The request columns
     are removed unless ``keep_columns``. ``source`` is an ``Encoder`` or a checkpoint source
     (``markers_in_text`` and ``engine`` apply to the latter)."""
-    if num_proc is not None and (
-        isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1
-    ):
+    import datasets
+
+    if not isinstance(dataset, datasets.Dataset):
         raise PromptError(
-            f"must be a positive integer or None, got {shown(num_proc)}", field="num_proc"
+            f"expected a datasets.Dataset, got {type(dataset).__name__}", field="dataset"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise PromptError(
-            f"must be a positive integer, got {shown(batch_size)}", field="batch_size"
-        )
+    _check_count(num_proc, "num_proc", optional=True)
+    _check_count(batch_size, "batch_size")
+    _check_flags(keep_columns=keep_columns)
     function = EncodeBatches(source, columns, markers_in_text=markers_in_text, engine=engine)
     if keep_columns:
         clash = sorted(set(dataset.column_names) & set(COLUMNS[columns]))
@@ -399,6 +467,17 @@ def encode_dataset(
         mapped: Callable[[Any], Any] = run
     else:
         mapped = function
+    if len(dataset) == 0:
+        # datasets.map never calls the function on no rows, which left no columns at all: a
+        # filter on "error" then failed. The empty table has the columns, typed.
+        table = encode_table(function.encoder, {}, columns)
+        if keep_columns:
+            kept = dataset.data.table
+            for name in table.column_names:
+                kept = kept.append_column(table.field(name), table.column(name))
+            table = kept
+        return datasets.Dataset(datasets.table.InMemoryTable(table))
+
     # An explicit fingerprint: hashing the function would pickle the encoder's packed files
     # (megabytes) for nothing, and say so in a warning when it cannot.
     report = function.encoder.report
@@ -432,7 +511,7 @@ def encode_dataset(
 def parquet_shards(path: str | os.PathLike[str]) -> list[Path]:
     """The Parquet files of ``path``: the file itself, or a folder's ``*.parquet`` files in
     name order. Raises ``PromptError`` naming the path when there are none."""
-    where = Path(path)
+    where = _check_path(path, "input")
     if where.is_file():
         return [where]
     if where.is_dir():
@@ -473,17 +552,25 @@ def encode_parquet(
     import pyarrow.parquet as pq
 
     started = time.monotonic()
+    target = _check_path(output, "output")
+    _check_columns(columns)
+    _check_count(num_proc, "num_proc", optional=True)
+    _check_count(batch_size, "batch_size")
+    _check_flags(drop_errors=drop_errors, resume=resume)
+    if progress is not None and not callable(progress):
+        raise PromptError(f"must be a callable or None, got {shown(progress)}", field="progress")
     shards = parquet_shards(inputs)
-    target = Path(output)
+    for shard in shards:
+        _read_footer(shard)  # a file that is not Parquet is refused before anything is written
     if Path(inputs).is_dir():
-        target.mkdir(parents=True, exist_ok=True)
+        _make_folder(target)
         pairs = [(shard, target / shard.name) for shard in shards]
     else:
         if target.is_dir():
             raise PromptError(f"{target}: is a folder; the input is one file", field="output")
+        _make_folder(target.parent)
         pairs = [(shards[0], target)]
     encoder = _encoder(source, markers_in_text=markers_in_text, engine=engine)
-    _check_columns(columns)
     total = Summary()
     for shard, out in pairs:
         if resume and out.is_file():
@@ -514,7 +601,7 @@ def encode_parquet(
         with atomic_path(out) as tmp:
             writer = None
             shard_total = Summary()
-            for batch in pq.ParquetFile(shard).iter_batches(batch_size=batch_size):
+            for batch in _read_batches(shard, batch_size):
                 table = encode_table(encoder, batch, columns)
                 part = summarize(table)
                 kept = kept_rows(table, drop_errors)
@@ -530,6 +617,39 @@ def encode_parquet(
             writer.close()
         total += _with(shard_total, shards_written=1)
     return _with(total, seconds=time.monotonic() - started)
+
+
+def _unreadable(shard: Path, error: Exception) -> PromptError:
+    return PromptError(f"{shard}: not a readable Parquet file ({error})", field="input")
+
+
+def _read_footer(shard: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(shard)
+    except (pa.ArrowException, OSError) as error:
+        raise _unreadable(shard, error) from None
+
+
+def _read_batches(shard: Path, batch_size: int) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        yield from pq.ParquetFile(shard).iter_batches(batch_size=batch_size)
+    except (pa.ArrowException, OSError) as error:  # a footer that reads, pages that do not
+        raise _unreadable(shard, error) from None
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file in the way, or no permission
+        raise PromptError(
+            f"{folder}: cannot make the output folder ({error.strerror or error})", field="output"
+        ) from None
 
 
 def _with(summary: Summary, **changes: Any) -> Summary:
@@ -580,7 +700,19 @@ def encode_ray(
     import ray
 
     started = time.monotonic()
+    # Every argument is checked before a cluster is started or joined.
     _check_columns(columns)
+    _check_count(actors, "actors", optional=True)
+    _check_count(batch_size, "batch_size")
+    _check_flags(drop_errors=drop_errors)
+    target = _check_path(output, "output")
+    if isinstance(inputs, list | tuple):
+        for position, path in enumerate(inputs):
+            _check_path(path, f"inputs[{position}]")
+    else:
+        _check_path(inputs, "inputs")
+    if address is not None and not isinstance(address, str):
+        raise PromptError(f"must be a str or None, got {shown(address)}", field="address")
     if not ray.is_initialized():
         if address is not None:
             ray.init(address=address, log_to_driver=False)
@@ -588,10 +720,6 @@ def encode_ray(
             ray.init(include_dashboard=False, log_to_driver=False)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     count = actors if actors is not None else cpus
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise PromptError(
-            f"must be a positive integer or None, got {shown(actors)}", field="actors"
-        )
     # The actors together hold every CPU but one, so a 1-CPU task (listing files, reading a
     # shard, writing one) can always be scheduled beside them; their real use is a core each.
     actor_cpus = max(0.0, cpus - 1.0) / count
@@ -633,7 +761,6 @@ def encode_ray(
     )
     if drop_errors:
         encoded = encoded.filter(expr="error is null")
-    target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:

@@ -137,6 +137,10 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFMetadata:
     Raises ``CheckpointError`` naming the path, the key and the byte offset when the file is not a
     GGUF, is truncated, declares a length past its end or past the ceilings above, or holds a
     value of an unknown type; and when it is an mmproj file (a vision projector, not a model)."""
+    if not isinstance(path, str | os.PathLike):
+        raise CheckpointError(
+            f"GGUF source: expected a path (a str or os.PathLike), found {type(path).__name__}"
+        )
     path = first_shard(Path(path))
     kind = path_kind(path)
     if kind != FILE:

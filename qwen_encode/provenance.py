@@ -127,4 +127,5 @@ def token_provenance(
         return out
     begins = np.cumsum(lengths) - lengths
     owner = np.searchsorted(ends, begins, side="right")
-    return np.asarray(segment_provenance(segments), dtype=np.int8)[owner]
+    codes: np.ndarray = np.asarray(segment_provenance(segments), dtype=np.int8)[owner]
+    return codes

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -141,7 +141,11 @@ def check_sampled(encoder: Encoder, ids: Any, logprobs: Any, finish_reason: Any)
             f"must be a string or None, got {shown(finish_reason)}", field="finish_reason"
         )
     if logprobs is not None:
-        values = list(logprobs) if not isinstance(logprobs, str | bytes | Mapping) else None
+        values = (
+            None
+            if isinstance(logprobs, str | bytes | Mapping) or not isinstance(logprobs, Iterable)
+            else list(logprobs)
+        )
         if values is None or len(values) != len(checked):
             raise PromptError(
                 f"must hold one log-probability per sampled ID ({len(checked)}), got "
@@ -149,17 +153,24 @@ def check_sampled(encoder: Encoder, ids: Any, logprobs: Any, finish_reason: Any)
                 field="logprobs",
             )
         for position, value in enumerate(values):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float | np.floating | np.integer)
-                or math.isnan(value)
-                or value > 0
-            ):
+            if _logprob(value) is None:
                 raise PromptError(
                     f"expected a log-probability (a number <= 0), got {shown(value)}",
                     field=f"logprobs[{position}]",
                 )
     return checked
+
+
+def _logprob(value: object) -> float | None:
+    """``value`` as a log-probability (a number <= 0), or None when it is not one. An integer
+    too large for a float is not one either (float() would raise OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return None if math.isnan(number) or number > 0 else number
 
 
 def split_stop(ids: list[int], marker_ids: Mapping[str, int]) -> tuple[int, str | None]:

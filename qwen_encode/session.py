@@ -158,11 +158,17 @@ class ChatSession:
         self._last = None
 
     def extend(self, messages: Iterable[Turn | Mapping[str, Any]]) -> None:
+        if isinstance(messages, str | bytes | Mapping | Turn) or not isinstance(messages, Iterable):
+            raise PromptError(
+                f"expected a list of messages, got {type(messages).__name__}", field="messages"
+            )
         for message in messages:
             self.append(message)
 
     def pop(self) -> Turn:
         """Remove and return the last message (e.g. after ``encoding()`` refused it)."""
+        if not self._turns:
+            raise PromptError("the session has no message to remove", field="messages")
         turn = self._turns.pop()
         kept = len(self._turns)
         self._sampled.pop(kept, None)
@@ -258,7 +264,7 @@ class ChatSession:
     def drift(self, index: int) -> Drift:
         """Whether re-rendering sampled turn ``index``'s parse gives its IDs; if not, where
         and why (``rollout.DRIFT_KINDS``)."""
-        if index not in self._sampled:
+        if isinstance(index, bool) or not isinstance(index, int) or index not in self._sampled:
             raise PromptError(f"turn {shown(index)} is not a sampled turn", field="index")
         turn, piece = self._sampled[index]
         layout = None

@@ -148,7 +148,7 @@ def _add_step(session: Any, step: Any, index: int) -> None:
         raise _StepError(where, error) from None
 
 
-def _row(encoding: Encoding, trajectory: Mapping[str, Any], row: int, turns: int) -> dict:
+def _row(encoding: Encoding, trajectory: Mapping[str, Any], row: int, turns: int) -> dict[str, Any]:
     sampled = encoding.sampled_mask
     first = int(np.argmax(sampled)) if sampled.any() else len(encoding)
     logprobs = encoding.logprobs
@@ -260,7 +260,8 @@ def read_trajectories(path: str | os.PathLike[str]) -> list[Any]:
     if source.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(source).to_pylist()
+        rows: list[Any] = pq.read_table(source).to_pylist()
+        return rows
     out: list[Any] = []
     with open(source, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):

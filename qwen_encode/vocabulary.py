@@ -50,7 +50,7 @@ from .checkpoint_json import (
     read_bytes,
     read_json,
 )
-from .errors import CheckpointError, VocabularyError
+from .errors import CheckpointError, PromptError, VocabularyError
 from .json_text import JSONTextError, loads
 from .markers import PROTOCOL_MARKERS, TURN_CLOSE
 from .problems import Problem
@@ -205,10 +205,19 @@ def load_vocabulary(files: CheckpointFiles) -> Vocabulary:
     vocabulary. Template, stop-token and embedding problems do not prevent loading; they are in
     ``report.problems``.
     """
+    if not isinstance(files, CheckpointFiles):
+        raise PromptError(
+            f"expected CheckpointFiles (from resolve_checkpoint), got {type(files).__name__}",
+            field="files",
+        )
     tokenizer, report = _inspect(files)
     if not report.vocabulary_ok:
         raise VocabularyError(str(files.tokenizer_json), report.vocabulary_problems)
-    added = {token.content: tokenizer.token_to_id(token.content) for token in _added(tokenizer)}
+    added: dict[str, int] = {}
+    for token in _added(tokenizer):
+        token_id = tokenizer.token_to_id(token.content)
+        if token_id is not None:  # never None: an added token's content is in the vocabulary
+            added[token.content] = token_id
     marker_ids = {marker: added[marker] for marker in PROTOCOL_MARKERS}
     return Vocabulary(
         tokenizer=tokenizer,

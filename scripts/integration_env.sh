@@ -41,13 +41,14 @@ group_vllm() {
     make_venv vllm -e ".[vllm]" "vllm==0.33.0" "pytest>=8" "hypothesis>=6.100"
     refresh vllm
     run_tests vllm tests/integrations/test_vllm.py tests/integrations/test_vllm_serving.py \
-        tests/integrations/test_vllm_render_server.py
+        tests/integrations/test_vllm_render_server.py tests/integrations/test_engine_robustness.py
 }
 
 group_sglang() {
     make_venv sglang -e ".[sglang]" "sglang==0.5.23" "pytest>=8" "hypothesis>=6.100"
     refresh sglang
-    run_tests sglang tests/integrations/test_sglang.py tests/integrations/test_sglang_serving.py
+    run_tests sglang tests/integrations/test_sglang.py tests/integrations/test_sglang_serving.py \
+        tests/integrations/test_engine_robustness.py
 }
 
 # torch is pinned to the CPU build that lies on this machine's disk: a bare "torch" (or TRL asking
@@ -56,7 +57,8 @@ group_sglang() {
 group_train() {
     make_venv train "torch==2.13.0" "trl==1.16.0" -e ".[test,data,ray]"
     refresh train
-    run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py -q
+    run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py \
+        tests/test_robustness.py -q
 }
 
 # llama-cpp-python compiles llama.cpp from its sdist (no Linux wheels on PyPI): minutes of C++ on

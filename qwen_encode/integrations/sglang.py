@@ -188,17 +188,19 @@ def _register_encoding() -> None:
 
     chat_encoding_adapters._BUILDERS[PARSER_NAME] = {"builtin": _build_encoding}
     chooser = chat_encoding.resolve_chat_encoding_spec
-    if getattr(chooser, "qwen_encode", False):
-        return  # plugins may be loaded more than once in a process
+    if getattr(chooser, "__module__", None) == __name__:
+        return  # plugins may be loaded more than once in a process: this one is already ours
 
     def resolve_chat_encoding_spec(
         *, hf_config: Any, tokenizer: Any, tool_call_parser: str | None = None
     ) -> str | None:
         if tool_call_parser == PARSER_NAME:
             return PARSER_NAME
-        return chooser(hf_config=hf_config, tokenizer=tokenizer, tool_call_parser=tool_call_parser)
+        spec: str | None = chooser(
+            hf_config=hf_config, tokenizer=tokenizer, tool_call_parser=tool_call_parser
+        )
+        return spec
 
-    resolve_chat_encoding_spec.qwen_encode = True  # type: ignore[attr-defined]
     chat_encoding.resolve_chat_encoding_spec = resolve_chat_encoding_spec
 
 

@@ -111,4 +111,5 @@ class QwenEncodeChatEncodingAdapter:
                 field="messages",
             )
         options = request_options(request_from_sglang(messages, request, tools))
-        return self.encoder.encode(format_prompt(**options)).input_ids.tolist()
+        ids: list[int] = self.encoder.encode(format_prompt(**options)).input_ids.tolist()
+        return ids

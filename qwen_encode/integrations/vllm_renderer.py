@@ -19,7 +19,7 @@ that turn.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from ..chat_request import request_options
 from ..encoder import Encoder
@@ -134,12 +134,12 @@ class QwenEncodeRenderer(BaseRenderer[HfTokenizer]):
         try:
             options = request_options(request_from_params(conversation, kwargs))
             prompt = format_prompt(**options)
-            ids = self.encoder.encode(prompt).input_ids
+            ids: list[int] = self.encoder.encode(prompt).input_ids.tolist()
         except QwenEncodeError as error:
             # A request the template would refuse, or caller text refused under "reject": a 400
             # with the reason (which names the message and field), as vLLM answers template errors.
             raise VLLMValidationError(str(error)) from None
-        return ids.tolist()
+        return ids
 
     def _prompt(
         self, conversation: list[Any], ids: list[int], mm_data: Any, mm_uuids: Any
@@ -149,7 +149,7 @@ class QwenEncodeRenderer(BaseRenderer[HfTokenizer]):
             prompt["multi_modal_data"] = mm_data
         if mm_uuids is not None:
             prompt["multi_modal_uuids"] = mm_uuids
-        return cast(list[ConversationMessage], conversation), prompt
+        return conversation, prompt
 
     def render_messages(
         self,

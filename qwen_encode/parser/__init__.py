@@ -76,7 +76,7 @@ def parse_tool_call(
     try:
         machine, _ = _run(response, tools, thinking, encoder, stop_at_first_call=True)
     except _FirstCall as first:
-        return first.args[0]
+        return first.call
     return machine.calls[0] if machine.calls else None
 
 
@@ -129,9 +129,14 @@ class StreamParser:
         self._check_open()
         if self._splitter is None:
             self._splitter = _splitter(delta, self._encoder)
-        elif isinstance(delta, str) != isinstance(self._splitter, _TextSplitter):
+        splitter = self._splitter
+        if isinstance(splitter, _TextSplitter):
+            pieces = splitter.feed(delta) if isinstance(delta, str) else None
+        else:
+            pieces = None if isinstance(delta, str) else splitter.feed(delta)
+        if pieces is None:
             raise PromptError("feed either text deltas or token IDs, not both", field="delta")
-        return self._advance(self._splitter.feed(delta))  # type: ignore[arg-type]
+        return self._advance(pieces)
 
     def flush(self) -> list[StreamEvent]:
         """End of input: the events for everything still held back."""

@@ -136,7 +136,7 @@ class _Run:
     ordinary tokens merged (``ids``, ``texts``), whose per-token character ends are found only
     when a span boundary falls inside."""
 
-    __slots__ = ("char_start", "chars", "ends", "ids", "starts", "texts", "token_start")
+    __slots__ = ("bounds", "char_start", "chars", "ids", "texts", "token_start")
 
     def __init__(self, char_start: int, token_start: int, ids: list[int] | None, text: str):
         self.char_start = char_start
@@ -144,8 +144,7 @@ class _Run:
         self.ids = ids
         self.texts = [text]
         self.chars = len(text)
-        self.starts: list[int] | None = None
-        self.ends: list[int] | None = None
+        self.bounds: tuple[list[int], list[int]] | None = None  # (starts, ends), once needed
 
 
 class _IdSplitter(_Splitter):
@@ -189,7 +188,9 @@ class _IdSplitter(_Splitter):
         self.position = position + 1
         return check_token_id(token, position, self.limit)
 
-    def _emit(self, pieces: list[Piece], piece: Piece, token_start: int, ids: list[int] | None):
+    def _emit(
+        self, pieces: list[Piece], piece: Piece, token_start: int, ids: list[int] | None
+    ) -> None:
         last = self.runs[-1] if self.runs else None
         if (
             ids is not None
@@ -342,11 +343,12 @@ class _IdSplitter(_Splitter):
             return run.token_start + (1 if last else 0)
         if offset >= run.chars:
             return run.token_start + len(run.ids)
-        if run.ends is None:
-            run.starts, run.ends = self._char_bounds(run)
+        if run.bounds is None:
+            run.bounds = self._char_bounds(run)
+        starts, ends = run.bounds
         if last:
-            return run.token_start + bisect.bisect_left(run.starts, offset)
-        return run.token_start + bisect.bisect_right(run.ends, offset)
+            return run.token_start + bisect.bisect_left(starts, offset)
+        return run.token_start + bisect.bisect_right(ends, offset)
 
     def _char_bounds(self, run: _Run) -> tuple[list[int], list[int]]:
         """Per token of the run, the characters of its text it holds: ``starts[k]:ends[k]``.

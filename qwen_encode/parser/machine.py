@@ -81,7 +81,11 @@ def _extend(spans: list[list[int]], start: int, end: int) -> None:
 
 
 class _FirstCall(Exception):
-    """Internal: ``parse_tool_call`` has what it wants."""
+    """Internal: ``parse_tool_call`` has what it wants: ``call``, once the caller sets it."""
+
+    def __init__(self, call: ToolCall | None = None) -> None:
+        super().__init__(call)
+        self.call = call
 
 
 class _Opening:
@@ -522,10 +526,11 @@ class _Machine:
             return tuple(spans)
         placed = []
         for span in spans:
-            if span.kind == "stop" and splitter.stop_tokens is not None:
-                first, last = splitter.stop_tokens
-            else:
-                first, last = splitter.token_span(span.start, span.end)
+            first, last = (
+                splitter.stop_tokens
+                if span.kind == "stop" and splitter.stop_tokens is not None
+                else splitter.token_span(span.start, span.end)
+            )
             if first is None:
                 placed.append(span)
             else:

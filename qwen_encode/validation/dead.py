@@ -255,10 +255,11 @@ def _base_vocabulary(tokenizer: tokenizers.Tokenizer) -> list[tuple[int, str]]:
     model = tokenizer.model
     size = tokenizer.get_vocab_size(with_added_tokens=False)
     tokens = [model.id_to_token(token_id) for token_id in range(size)]
-    if None in tokens or model.id_to_token(size) is not None:
+    known = [token for token in tokens if token is not None]
+    if len(known) < size or model.id_to_token(size) is not None:
         vocab = tokenizer.get_vocab(with_added_tokens=False)
         return [(token_id, token) for token, token_id in vocab.items()]
-    return list(enumerate(tokens))  # type: ignore[arg-type]  # no None, checked above
+    return list(enumerate(known))
 
 
 def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
@@ -300,7 +301,8 @@ def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
                 )
             )
     texts = dict(candidates)
-    unreachable, split = [], []
+    unreachable: list[DeadToken] = []
+    split: list[DeadToken] = []
     for token_id, ids in _encode_back(tokenizer, candidates):
         text = texts[token_id]
         dead = DeadToken(token_id, spelled[token_id], text, ids)
@@ -310,9 +312,9 @@ def dead_tokens(tokenizer: tokenizers.Tokenizer) -> DeadTokens:
         (split if len(pieces) > 1 else unreachable).append(dead)
     added_dead = []
     for token_id, content in sorted(added.items()):
-        ids = tokenizer.encode(content, add_special_tokens=False).ids
-        if ids != [token_id]:
-            added_dead.append(DeadToken(token_id, content, content, tuple(ids)))
+        encoded = tokenizer.encode(content, add_special_tokens=False).ids
+        if encoded != [token_id]:
+            added_dead.append(DeadToken(token_id, content, content, tuple(encoded)))
     note = f"{foreign} entries are not byte-level and were not checked" if foreign else None
     return DeadTokens(
         checked=len(base) + len(added) - foreign,

@@ -219,7 +219,8 @@ def _repeated(tokens: Sequence[str]) -> list[str]:
 
 
 def _ids_of(tokens: Sequence[str], token: str) -> tuple[int, ...]:
-    ids, start = [], 0
+    ids: list[int] = []
+    start = 0
     while True:
         try:
             start = tokens.index(token, start)

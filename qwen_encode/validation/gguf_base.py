@@ -80,7 +80,10 @@ def load_base(against: str | os.PathLike[str]) -> Base:
             for i, t in enumerate(vocabulary.types)
             if t in (CONTROL, USER_DEFINED) and i not in vocabulary.fillers
         }
-        templates = (template if isinstance(template, str) else None, None)
+        templates: tuple[str | None, str | None] = (
+            template if isinstance(template, str) else None,
+            None,
+        )
         return Base(
             str(against), tokenizer, special, len(vocabulary.tokens), state_merges, templates
         )

@@ -156,7 +156,10 @@ def _behaves_as_official(behaviour: BehaviourReport, prefix: tuple[PrefixResult,
 
 
 def _renders_as_official(template: str) -> bool:
-    if hashlib.sha256(template.encode("utf-8")).hexdigest() == QWEN38_TEMPLATE_SHA256:
+    if (
+        hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
+        == QWEN38_TEMPLATE_SHA256
+    ):
         return True
     behaviour = template_behaviour(template)
     return behaviour.available and _behaves_as_official(behaviour, prefix_stability(template))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 import tokenizers
+from tokenizers.normalizers import Normalizer
+from tokenizers.pre_tokenizers import PreTokenizer
 
 from ..checkpoint import CheckpointFiles
 from ..checkpoint_json import read_bytes, read_json
@@ -66,7 +68,11 @@ def check_template(
     files: CheckpointFiles, config: Mapping[str, Any] | None
 ) -> tuple[TemplateKind, str | None, list[Problem]]:
     in_config = template_text(config)
-    config_sha = None if in_config is None else sha256_of(in_config.encode("utf-8"))
+    # A JSON string may hold a lone surrogate ("\ud800"), which UTF-8 cannot encode: hashed as
+    # the code points it holds, it is simply not the official template.
+    config_sha = (
+        None if in_config is None else sha256_of(in_config.encode("utf-8", "surrogatepass"))
+    )
     if files.chat_template is not None:
         # transformers prefers chat_template.jinja over tokenizer_config.json's field.
         sha, where = sha256_of(read_bytes(files.chat_template)), "chat_template.jinja"
@@ -251,13 +257,13 @@ def bos_policy(tokenizer: tokenizers.Tokenizer, config: Mapping[str, Any] | None
     return f"none: chat prompts start with {TURN_OPEN}"
 
 
-def summary(component: object) -> str:
+def summary(component: Normalizer | PreTokenizer | None) -> str:
     """A short description such as "NFC" or "Split(regex) + ByteLevel", from the component's own
     small JSON state (the normalizer/pre-tokenizer only, never the model)."""
     if component is None:
         return "none"
     try:
-        state = json.loads(component.__getstate__())  # type: ignore[attr-defined]
+        state = json.loads(component.__getstate__())
     except Exception:
         return type(component).__name__
     return _describe(state)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from ..errors import PromptError
 from ..protocol import format_prompt
@@ -79,6 +79,38 @@ def template_name(sha256: str | None) -> str:
 # --------------------------------------------------------------------------------------------
 # Rendering a template as transformers does
 
+# A template is untrusted code, rendered once per probe. Jinja's sandbox caps one range() at
+# 100,000 items, but not ranges nested in loops nor repetition: "{{ 'a' * 100000000 }}" took
+# 112 s of the report and ranges nested three deep would run for days. One render may draw this
+# many range() items in all, and build no sequence (or integer, in bits) larger than this;
+# beyond, it raises jinja2's SecurityError, reported as the template raising. Qwen templates
+# range over nothing; any real one stays far below.
+_RANGE_ITEMS: Final = 1_000_000
+_REPEATED_ITEMS: Final = 1_000_000
+_POWER_BITS: Final = 100_000
+
+
+def _bounded_binop(operator: str, left: Any, right: Any) -> None:
+    """Refuse ``left * right`` and ``left ** right`` whose result would be too large."""
+    from jinja2.exceptions import SecurityError
+
+    if operator == "*":
+        sequence, times = (left, right) if isinstance(right, int) else (right, left)
+        if (
+            isinstance(sequence, str | list | tuple)
+            and isinstance(times, int)
+            and len(sequence) * times > _REPEATED_ITEMS
+        ):
+            raise SecurityError(f"a repetition past {_REPEATED_ITEMS:,} items")
+    elif (
+        operator == "**"
+        and isinstance(left, int)
+        and isinstance(right, int)
+        and right > 0
+        and left.bit_length() * right > _POWER_BITS
+    ):
+        raise SecurityError(f"a power past {_POWER_BITS:,} bits")
+
 
 def _environment() -> Any:
     """A Jinja environment with what transformers' ``_cached_compile_jinja_template`` provides
@@ -87,11 +119,29 @@ def _environment() -> Any:
     raise_exception and strftime_now. A template is untrusted code: the sandbox stays."""
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _bounded_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    drawn = [0]
+
+    def bounded_range(*args: int) -> range:
+        items = safe_range(*args)
+        drawn[0] += len(items)
+        if drawn[0] > _RANGE_ITEMS:
+            raise SecurityError(f"range() calls past {_RANGE_ITEMS:,} items in one render")
+        return items
 
     class Generation(jinja2.ext.Extension):
         # transformers' {% generation %} block (assistant masks): renders its body unchanged.
-        tags: ClassVar[set[str]] = {"generation"}
+        # Declared as jinja2.ext.Extension declares it (an instance attribute, not a ClassVar).
+        tags = {"generation"}  # noqa: RUF012
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
@@ -124,9 +174,10 @@ def _environment() -> Any:
     def strftime_now(format: str) -> str:
         return datetime.now().strftime(format)
 
-    env = ImmutableSandboxedEnvironment(
+    env = Bounded(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
+    env.globals["range"] = bounded_range
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
