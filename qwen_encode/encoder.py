@@ -196,8 +196,10 @@ class Encoding:
         sampled_mask: np.ndarray | None = None,
         logprobs: np.ndarray | None = None,
     ) -> None:
-        # One dict update (frozen: no __setattr__); _source is (segments, encoder) to
-        # attribute the tokens from when provenance is first asked for.
+        # One dict update (frozen: no __setattr__); _source is (prompt, encoder) to
+        # attribute the tokens from when provenance is first asked for. The prompt, not its
+        # segments: a prompt from format_prompt builds its segments (one object each) only
+        # when asked, and a batch job that never reads provenance never asks.
         self.__dict__.update(
             input_ids=input_ids,
             assistant_mask=assistant_mask,
@@ -216,9 +218,9 @@ class Encoding:
             if source is None:
                 codes = np.full(len(self.input_ids), UNRECORDED, dtype=np.int8)
             else:
-                segments, encoder = source
+                prompt, encoder = source
                 codes = token_provenance(
-                    segments,
+                    prompt.segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,
@@ -629,7 +631,7 @@ class Encoder:
             encodings[position] = error
         for prompt, encoding in zip(prompts, encodings, strict=True):
             if isinstance(encoding, Encoding):  # provenance from these, on first use
-                encoding.__dict__["_source"] = (prompt.segments, self)
+                encoding.__dict__["_source"] = (prompt, self)
         return encodings
 
     def _run_ids(self, batch: _Batch) -> list[np.ndarray]:

@@ -53,9 +53,16 @@ Segment: TypeAlias = Special | Text
 # with ``field`` the caller's field (str), None for protocol text, or ``_MARKER`` for a marker
 # (``text`` is then the marker). A tuple costs 0.04 µs to make, a frozen dataclass 0.8 µs: a short
 # row has ~60 segments, and building them as dataclasses was a quarter of rendering.
-_MARKER: Any = type("_MarkerField", (), {"__repr__": lambda self: "_MARKER"})()
+#
+# The two sentinels are strings made at run time (never interned, so no field name is the same
+# object; they are compared by identity) because a str is not tracked by the garbage collector:
+# a tuple holding only strings, ints, bools and None is untracked at its first collection, while
+# one holding an instance of a class stays tracked for life. A data job keeps thousands of
+# prompts alive, and full collections traversing ~20 marker tuples per prompt took more time
+# than rendering them.
+_MARKER: Any = "".join(["\x00", "marker"])
 # ``field`` of an object in a hand-made prompt that is no segment (``text`` names its type).
-_BAD: Any = type("_BadField", (), {"__repr__": lambda self: "_BAD"})()
+_BAD: Any = "".join(["\x00", "bad"])
 _Seg: TypeAlias = tuple[str, int, bool, Any]
 # What the encoder lays out, made where the segments are made: one tuple per marker or text run
 # (the text between two markers, joined), ``(kind, text, turn, trained, parts)``. kind:
