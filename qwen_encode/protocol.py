@@ -735,7 +735,7 @@ def format_prompt(
             if role == "user" and content is not None:
                 _plain_user(segs, runs, content, index)
                 continue
-            if role == "assistant" and not turn.tool_calls:
+            if role == "assistant":
                 _plain_assistant(segs, runs, turn, index, layout.keep_reasoning)
                 continue
             if role == "tool" and content is not None:
@@ -789,6 +789,8 @@ def _plain_assistant(
     segs.append((mk.TURN_OPEN, i, False, _MARKER))
     segs.append(("assistant\n", i, False, None))
     runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    # The text run still open before the calls or <|im_end|>: its text, owner and parts.
+    parts: Any = None
     if keep_reasoning:
         # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
         runs.append((_RUN_TEXT, "assistant\n", i, False, None))
@@ -805,18 +807,69 @@ def _plain_assistant(
         segs.append((mk.THINK_CLOSE, i, True, _MARKER))
         segs.append(("\n\n", i, True, None))
         runs.append((_RUN_MARKER, mk.THINK_CLOSE, i, True, None))
-        runs.append((_RUN_TEXT, "\n\n" + text, i, True, None))
+        run, trained = "\n\n" + text, True
     elif text:
         # The header (not trained) and the content (trained) are one run of two parts.
-        runs.append((_RUN_TEXT, "assistant\n" + text, i, False, ((0, i, False), (10, i, True))))
+        run, trained, parts = "assistant\n" + text, False, ((0, i, False), (10, i, True))
     else:
-        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+        run, trained = "assistant\n", False
     if text:
         segs.append((text, i, True, "content"))
+    if turn.tool_calls:
+        if text:
+            # '\n\n' before the first call only when the trimmed content is non-empty.
+            segs.append(("\n\n", i, True, None))
+            run += "\n\n"
+        runs.append((_RUN_TEXT, run, i, trained, parts))
+        _plain_calls(segs, runs, turn.tool_calls, i)
+    else:
+        runs.append((_RUN_TEXT, run, i, trained, parts))
     segs.append((mk.TURN_CLOSE, i, True, _MARKER))
     segs.append(("\n", i, False, None))
     runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, True, None))
     runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_calls(segs: list[_Seg], runs: list[_Run], calls: Sequence[ToolCall], i: int) -> None:
+    """The calls of assistant turn ``i`` as ``_tool_call_segments`` writes them (same segments,
+    same checks in the same order), each call one text run between its two markers."""
+    for j, call in enumerate(calls):
+        where = f"tool_calls[{j}]"
+        if j:
+            segs.append(("\n", i, True, None))  # '\n' between two calls
+            runs.append((_RUN_TEXT, "\n", i, True, None))
+        segs.append((mk.TOOL_CALL_OPEN, i, True, _MARKER))
+        runs.append((_RUN_MARKER, mk.TOOL_CALL_OPEN, i, True, None))
+        name = _checked(call.name, i, f"{where}.name")
+        segs.append(("\n<function=", i, True, None))
+        segs.append((name, i, True, f"{where}.name"))
+        texts = ["\n<function=", name, ">\n"]
+        protocol = ">\n"  # protocol text not yet written: joined with what follows it
+        for key, value in call.arguments.items():
+            field = f"{where}.arguments.{key}"
+            segs.append((protocol + "<parameter=", i, True, None))
+            segs.append((_checked(key, i, field), i, True, field))
+            if not isinstance(value, str):
+                value = _tojson_at(value, i, field)
+            if value:
+                segs.append((">\n", i, True, None))
+                segs.append((_checked(value, i, field), i, True, field))
+                protocol = "\n</parameter>\n"
+            else:
+                protocol = ">\n\n</parameter>\n"
+            texts += ("<parameter=", key, ">\n", value, "\n</parameter>\n")
+        segs.append((protocol + "</function>\n", i, True, None))
+        texts.append("</function>\n")
+        segs.append((mk.TOOL_CALL_CLOSE, i, True, _MARKER))
+        runs.append((_RUN_TEXT, "".join(texts), i, True, None))
+        runs.append((_RUN_MARKER, mk.TOOL_CALL_CLOSE, i, True, None))
+
+
+def _tojson_at(value: Any, i: int, field: str) -> str:
+    try:
+        return _tojson(value, field)
+    except PromptError as error:
+        raise PromptError(error.reason, message_index=i, field=field) from None
 
 
 def _plain_tool(
