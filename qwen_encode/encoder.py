@@ -72,6 +72,8 @@ _CHAT_OPTIONS = frozenset(
 # A batch whose new text is at most this many runs and characters (one short request) is encoded
 # run by run on the calling thread instead of by the engine's parallel batch call (see _run_ids).
 _SMALL_RUNS = 32
+# Source codes of kept system turns in a _Batch: below every marker's (-1 - its ID).
+_BLOCK = -(1 << 40)
 _SMALL_CHARS = 16_384
 # Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
@@ -271,7 +273,18 @@ class _Batch:
     whole batch, instead of Python objects and array joins per run and per prompt: with a fast
     engine the per-run bookkeeping, not BPE, was two thirds of the time (issue 13)."""
 
-    __slots__ = ("crossing", "ends", "literal", "slots", "source", "trained", "turn")
+    __slots__ = (
+        "blocks",
+        "crossing",
+        "ends",
+        "heads",
+        "literal",
+        "pending",
+        "slots",
+        "source",
+        "trained",
+        "turn",
+    )
 
     def __init__(self) -> None:
         self.source: list[int] = []  # >= 0: a text run's slot; < 0: -1 - the marker's ID
@@ -284,15 +297,20 @@ class _Batch:
         # Runs whose segments belong to more than one (turn, trained): first item, slot and the
         # character where each part starts (one item per part, its length known once encoded).
         self.crossing: list[tuple[int, int, tuple[int, ...]]] = []
+        # System turns whose IDs are known (one item each, code _BLOCK - k in source), and those
+        # laid out run by run in this batch, to be kept as one block once encoded (key, item).
+        self.heads: dict[tuple[Any, ...], int] = {}
+        self.blocks: dict[int, np.ndarray] = {}
+        self.pending: list[tuple[tuple[Any, ...], int]] = []
 
-    def mark(self) -> tuple[int, int, int]:
-        return len(self.source), len(self.slots), len(self.crossing)
+    def mark(self) -> tuple[int, int, int, int]:
+        return len(self.source), len(self.slots), len(self.crossing), len(self.pending)
 
-    def rollback(self, mark: tuple[int, int, int]) -> None:
+    def rollback(self, mark: tuple[int, int, int, int]) -> None:
         """Forget what a refused prompt added, so none of its text is encoded."""
-        items, slots, crossing = mark
+        items, slots, crossing, pending = mark
         del self.source[items:], self.turn[items:], self.trained[items:]
-        del self.crossing[crossing:], self.literal[slots:]
+        del self.crossing[crossing:], self.literal[slots:], self.pending[pending:]
         while len(self.slots) > slots:
             self.slots.popitem()  # the last added first: O(what the prompt added)
 
@@ -350,6 +368,10 @@ class Encoder:
         self._lock = threading.Lock()  # encoders are shared by a server's threads
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
+        # A shared system turn's IDs as one block (see _lay_out_head), a quarter of the budget.
+        self._heads: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._head_bytes = 0
+        self._head_hits = 0
         self._added_ids: Mapping[str, int] = vocabulary.added_tokens
         # A marker item's IDs, by its code in _Batch.source.
         self._marker_ids = {
@@ -572,6 +594,8 @@ class Encoder:
         with self._lock:
             self._cache.clear()
             self._cache_bytes = 0
+            self._heads.clear()
+            self._head_bytes = self._head_hits = 0
 
     @overload
     def encode_batch(
@@ -690,8 +714,33 @@ class Encoder:
         return len(slots) <= _SMALL_RUNS and sum(len(texts[s]) for s in slots) <= _SMALL_CHARS
 
     def cache_info(self) -> dict[str, int]:
-        """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
-        return {"entries": len(self._cache), "bytes": self._cache_bytes, "limit": self._cache_limit}
+        """Entries and bytes of the text-run cache, and its limit (``cache_bytes``); entries and
+        bytes of the system turns kept whole (``head_entries``, ``head_bytes``: a quarter of the
+        limit at most) and how many prompts took one since the cache was cleared
+        (``head_hits``)."""
+        with self._lock:
+            return {
+                "entries": len(self._cache),
+                "bytes": self._cache_bytes,
+                "limit": self._cache_limit,
+                "head_entries": len(self._heads),
+                "head_bytes": self._head_bytes,
+                "head_hits": self._head_hits,
+            }
+
+    def _remember_head(self, key: tuple[Any, ...], ids: np.ndarray) -> None:
+        if key in self._heads:
+            self._heads.move_to_end(key)
+            return
+        cost = _head_cost(key, ids)
+        limit = self._cache_limit // 4
+        if cost > limit:
+            return
+        self._heads[key] = ids
+        self._head_bytes += cost
+        while self._head_bytes > limit:
+            old_key, old_ids = self._heads.popitem(last=False)
+            self._head_bytes -= _head_cost(old_key, old_ids)
 
     def _remember(self, text: str, ids: np.ndarray) -> None:
         if text in self._cache:
@@ -777,7 +826,11 @@ class Encoder:
         source, turns, trains = batch.source, batch.turn, batch.trained
         # Bound once: three appends per run, ~30 runs per short row.
         add_source, add_turn, add_trained = source.append, turns.append, trains.append
-        for position, (kind, text, turn, trained, parts) in enumerate(prompt._layout()):
+        runs = prompt._layout()
+        start = 0 if prompt._head is None else self._lay_out_head(prompt._head, batch)
+        for position, (kind, text, turn, trained, parts) in enumerate(
+            runs[start:] if start else runs, start
+        ):
             if kind == _RUN_TEXT:
                 if check_text and not text.isascii():
                     self._check_run(prompt, position)
@@ -814,6 +867,33 @@ class Encoder:
                     f"expected Text or Special segments, got {text}", field="prompt.segments"
                 )
 
+    def _lay_out_head(self, head: tuple[Any, ...], batch: _Batch) -> int:
+        """A shared system turn (the render cache's runs, the same in every row of an agent data
+        set) as one item when its IDs are known: how many of the prompt's runs that covers (0:
+        lay them out one by one, and keep their IDs as one block once encoded). Only a head
+        laid out without refusal is ever kept, and the encoder's mode never changes, so a kept
+        head would pass again."""
+        code = batch.heads.get(head)
+        if code is None:
+            with self._lock:
+                ids = self._heads.get(head)
+                if ids is not None:
+                    self._heads.move_to_end(head)
+                    self._head_hits += 1
+            if ids is None:
+                turn = head[0][2]
+                if self._cache_limit and all(
+                    run[2] == turn and run[3] is False and run[4] is None for run in head
+                ):
+                    batch.pending.append((head, len(batch.source)))
+                return 0
+            code = batch.heads[head] = _BLOCK - len(batch.blocks)
+            batch.blocks[code] = ids
+        batch.source.append(code)
+        batch.turn.append(head[0][2])
+        batch.trained.append(False)
+        return len(head)
+
     @staticmethod
     def _check_run(prompt: Prompt, position: int) -> None:
         """Refuse a run holding a lone surrogate, naming the segment's turn and field."""
@@ -849,8 +929,12 @@ class Encoder:
     def _assemble(self, batch: _Batch, runs: list[np.ndarray]) -> list[Encoding]:
         """Every prompt's arrays, built for the whole batch at once (one join of every item's
         IDs, one repeat per per-token array) and handed out as slices."""
-        marker_ids = self._marker_ids
+        marker_ids = {**self._marker_ids, **batch.blocks} if batch.blocks else self._marker_ids
         pieces = [runs[s] if s >= 0 else marker_ids[s] for s in batch.source]
+        if batch.pending:
+            with self._lock:
+                for head, item in batch.pending:
+                    self._remember_head(head, np.concatenate(pieces[item : item + len(head)]))
         if batch.crossing:
             texts = list(batch.slots)
             for item, slot, part_starts in batch.crossing:
@@ -939,6 +1023,11 @@ class Encoder:
             else:
                 sizes[token_id] = len(token)
         return sizes
+
+
+def _head_cost(key: tuple[Any, ...], ids: np.ndarray) -> int:
+    """Bytes of a kept system turn, roughly: its text, its IDs, ~100 per run of overhead."""
+    return sum(len(run[1]) + 100 for run in key) + ids.nbytes
 
 
 def _unpickle_encoder(

@@ -133,21 +133,30 @@ class Prompt:
     compact form (tuples, and its text runs already joined for the encoder); ``segments`` is
     then built from it on first access. Immutable; equal when the segments are."""
 
-    __slots__ = ("_runs", "_segments", "_segs", "_text")
+    __slots__ = ("_head", "_runs", "_segments", "_segs", "_text")
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
         object.__setattr__(self, "_segments", segments)
         object.__setattr__(self, "_segs", None)
         object.__setattr__(self, "_runs", None)
         object.__setattr__(self, "_text", None)
+        object.__setattr__(self, "_head", None)
 
     @classmethod
-    def _compact(cls, segs: Sequence[_Seg], runs: Sequence[_Run] | None = None) -> Prompt:
+    def _compact(
+        cls,
+        segs: Sequence[_Seg],
+        runs: Sequence[_Run] | None = None,
+        head: tuple[_Run, ...] | None = None,
+    ) -> Prompt:
+        """``head``: the leading runs, when they are a rendered system turn that other prompts
+        share (the encoder keeps their IDs as one block, keyed by these runs)."""
         prompt = cls.__new__(cls)
         object.__setattr__(prompt, "_segments", None)
         object.__setattr__(prompt, "_segs", segs)
         object.__setattr__(prompt, "_runs", runs)
         object.__setattr__(prompt, "_text", None)
+        object.__setattr__(prompt, "_head", head)
         return prompt
 
     @property

@@ -755,7 +755,10 @@ def format_prompt(
     joined = joined and not _joins_text(runs, tail.runs)
     segs += tail.segs
     runs += tail.runs
-    return Prompt._compact(segs, runs if joined else _runs_of(segs))
+    if not joined:
+        return Prompt._compact(segs, _runs_of(segs))
+    # The system turn (its text all one message's, untrained) is encoded once per encoder.
+    return Prompt._compact(segs, runs, head.runs if len(head.runs) > 1 else None)
 
 
 def _checked(text: str, index: int, field: str) -> str:

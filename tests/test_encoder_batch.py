@@ -1,4 +1,4 @@
-"""The batched encoder path (issue 13): one engine call and whole-batch numpy assembly must give,
+"""The batched encoder path: one engine call and whole-batch numpy assembly must give,
 bit for bit, what one prompt at a time and a chat session give, on both engines; runs that cross
 from one turn or role to another are split by token byte lengths exactly as by the reference
 tokenizer's offsets."""
@@ -188,3 +188,50 @@ def _short_requests(spelled: str) -> list[dict[str, Any]]:
         },
         {"messages": [{"role": "user", "content": spelled}], "tools": None},
     ]
+
+
+@pytest.mark.parametrize("mode", ["literal", "atomic", "reject"])
+def test_a_shared_system_turn_is_encoded_once_and_gives_the_same_ids(
+    qwen38_dir: Path, mode: str
+) -> None:
+    """An agent data set: every row the same system prompt and tools block. Its IDs are kept as
+    one block after the first row; every row still gets the IDs of a prompt built by hand (no
+    shared head, laid out run by run), and in reject mode a head spelling a marker is refused
+    every time, never kept."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "find <b>"}}]
+    rows = [
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": f"question {i}"},
+            {"role": "assistant", "content": f"answer {i}", "reasoning_content": "r"},
+        ]
+        for i in range(6)
+    ]
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+    prompts = [qe.format_prompt(r, tools=tools, add_generation_prompt=False) for r in rows]
+    by_hand = [qe.Prompt(p.segments) for p in prompts]
+    expected = qe.Encoder.from_pretrained(
+        qwen38_dir, engine="tokenizers", markers_in_text=mode, cache_bytes=0
+    ).encode_batch(by_hand)
+    first = [encoder.encode(p) for p in prompts[:2]]
+    assert encoder.cache_info()["head_entries"] == 1 and encoder.cache_info()["head_bytes"] > 0
+    assert encoder.cache_info()["head_hits"] == 1  # the second prompt took the block
+    batch = encoder.encode_batch(prompts)
+    for a, b in zip([*first, *batch], [*expected[:2], *expected], strict=True):
+        _same(a, b)
+    assert encoder.cache_info()["head_entries"] == 1
+    assert encoder.cache_info()["head_hits"] == 2  # once per batch: the batch shares it
+    spelled = [{"role": "system", "content": "<think> is a tag"}, *rows[0][1:]]
+    prompt = qe.format_prompt(spelled, tools=tools, add_generation_prompt=False)
+    if mode == "reject":
+        for _ in range(2):
+            with pytest.raises(qe.MarkerInTextError):
+                encoder.encode(prompt)
+        assert encoder.cache_info()["head_entries"] == 1
+    else:
+        reference = encoder.encode(qe.Prompt(prompt.segments))
+        for _ in range(2):
+            _same(encoder.encode(prompt), reference)
+        assert encoder.cache_info()["head_entries"] == 2
+    encoder.clear_cache()
+    assert encoder.cache_info()["head_entries"] == encoder.cache_info()["head_bytes"] == 0
