@@ -134,6 +134,11 @@ class Prompt:
     then built from it on first access. Immutable; equal when the segments are."""
 
     __slots__ = ("_head", "_runs", "_segments", "_segs", "_text")
+    _head: tuple[_Run, ...] | None
+    _runs: Sequence[_Run] | None
+    _segments: tuple[Segment, ...] | None
+    _segs: Sequence[_Seg] | None
+    _text: str | None
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
         object.__setattr__(self, "_segments", segments)
@@ -163,7 +168,8 @@ class Prompt:
     def segments(self) -> tuple[Segment, ...]:
         segments = self._segments
         if segments is None:
-            segments = tuple(map(_segment_of, self._segs))  # type: ignore[arg-type]
+            assert self._segs is not None  # one of the two forms is always there
+            segments = tuple(map(_segment_of, self._segs))
             object.__setattr__(self, "_segments", segments)
         return segments
 
@@ -178,6 +184,7 @@ class Prompt:
     def _compact_segs(self) -> Sequence[_Seg]:
         segs = self._segs
         if segs is None:
+            assert self._segments is not None
             segs = [_seg_of(s) or (type(s).__name__, -1, False, _BAD) for s in self._segments]
             object.__setattr__(self, "_segs", segs)
         return segs

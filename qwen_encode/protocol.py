@@ -793,6 +793,7 @@ def _plain_assistant(
     if keep_reasoning:
         reasoning = _checked((turn.reasoning or "").strip(), i, "reasoning_content")
     content = turn.content
+    assert content is None or isinstance(content, str)  # format_prompt sends only those here
     text = "" if content is None else _checked(content, i, "content").strip()
     segs.append((mk.TURN_OPEN, i, False, _MARKER))
     segs.append(("assistant\n", i, False, None))
@@ -970,17 +971,13 @@ def _plan(
 ) -> tuple[_Fragment | None, list[TurnLayout], _Fragment, int, int]:
     """``plan_prompt``'s work: the head (None when ``previous``'s is kept), the layouts, the
     tail, the last real query and how many layouts are ``previous``'s."""
-    for name, flag in (
-        ("enable_thinking", enable_thinking),
-        ("preserve_thinking", preserve_thinking),
-        ("add_generation_prompt", add_generation_prompt),
-        ("add_vision_id", add_vision_id),
-        ("continue_final_message", continue_final_message),
-    ):
-        # The template tests `is true` / `is false`: anything but a real bool would be read as
-        # neither, and silently select a third behaviour.
-        if not isinstance(flag, bool):
-            raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
+    _check_flags(
+        enable_thinking,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+    )
     if not turns:
         raise PromptError("No messages provided.")
     # The template resolves and checks the effort only while thinking (its `if enable_thinking is
@@ -1039,6 +1036,43 @@ def _plan(
             previous.layouts[start].images_before,
             previous.layouts[start].videos_before,
         )
+    _lay_out_turns(
+        layouts, turns, start, images, videos, preserve_thinking, last_query, continue_final_message
+    )
+    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
+    return head, layouts, tail, last_query, start
+
+
+_FLAGS = (
+    "enable_thinking",
+    "preserve_thinking",
+    "add_generation_prompt",
+    "add_vision_id",
+    "continue_final_message",
+)
+
+
+def _check_flags(*flags: object) -> None:
+    """The template tests `is true` / `is false`: anything but a real bool would be read as
+    neither, and silently select a third behaviour."""
+    for name, flag in zip(_FLAGS, flags, strict=True):
+        if not isinstance(flag, bool):
+            raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
+
+
+def _lay_out_turns(
+    layouts: list[TurnLayout],
+    turns: Sequence[Turn],
+    start: int,
+    images: int,
+    videos: int,
+    preserve_thinking: bool,
+    last_query: int,
+    continue_final_message: bool,
+) -> None:
+    """Append the layouts of ``turns[start:]`` (with the images and videos before ``start``),
+    refusing a misplaced system message or tool result (template order)."""
+    last = len(turns) - 1
     for index in range(start, len(turns)):
         turn = turns[index]
         before = turns[index - 1].role if index else None
@@ -1063,9 +1097,6 @@ def _plan(
         if isinstance(turn.content, tuple):
             images += sum(isinstance(block, ImageBlock) for block in turn.content)
             videos += sum(isinstance(block, VideoBlock) for block in turn.content)
-
-    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
-    return head, layouts, tail, last_query, start
 
 
 def render_turn(

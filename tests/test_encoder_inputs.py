@@ -1,4 +1,4 @@
-"""The encoder's public boundary under bad input (issue 9): typed errors naming the position or
+"""The encoder's public boundary under bad input: typed errors naming the position or
 field, never TypeError, AttributeError or OverflowError; and the run cache's accounting under
 threads. Runs on the committed tiny vocabulary, so it needs no ../shared."""
 

@@ -430,7 +430,7 @@ def test_format_turn_renders_each_role_alone() -> None:
     }
 
 
-# -- bad input (issue 9): surrogates, names, nesting, digits -------------------------------------
+# -- bad input: surrogates, names, nesting, digits -----------------------------------------------
 
 SURROGATE_CASES = [
     (
