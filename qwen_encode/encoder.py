@@ -277,10 +277,10 @@ class _Batch:
     __slots__ = (
         "blocks",
         "crossing",
+        "deferred",
         "ends",
         "heads",
         "literal",
-        "pending",
         "slots",
         "source",
         "trained",
@@ -298,20 +298,24 @@ class _Batch:
         # Runs whose segments belong to more than one (turn, trained): first item, slot and the
         # character where each part starts (one item per part, its length known once encoded).
         self.crossing: list[tuple[int, int, tuple[int, ...]]] = []
-        # System turns whose IDs are known (one item each, code _BLOCK - k in source), and those
-        # laid out run by run in this batch, to be kept as one block once encoded (key, item).
+        # Shared system turns, one item each (code _BLOCK - k in source): the code of each head
+        # met, its IDs when the encoder knew them (blocks), or else where its runs were first
+        # laid out in this batch, to be joined once encoded (deferred: key, code, first item).
         self.heads: dict[tuple[Any, ...], int] = {}
         self.blocks: dict[int, np.ndarray] = {}
-        self.pending: list[tuple[tuple[Any, ...], int]] = []
+        self.deferred: list[tuple[tuple[Any, ...], int, int]] = []
 
     def mark(self) -> tuple[int, int, int, int]:
-        return len(self.source), len(self.slots), len(self.crossing), len(self.pending)
+        return len(self.source), len(self.slots), len(self.crossing), len(self.deferred)
 
     def rollback(self, mark: tuple[int, int, int, int]) -> None:
         """Forget what a refused prompt added, so none of its text is encoded."""
-        items, slots, crossing, pending = mark
+        items, slots, crossing, deferred = mark
         del self.source[items:], self.turn[items:], self.trained[items:]
-        del self.crossing[crossing:], self.literal[slots:], self.pending[pending:]
+        del self.crossing[crossing:], self.literal[slots:]
+        for head, _, _ in self.deferred[deferred:]:
+            del self.heads[head]  # laid out by the refused prompt: no later one refers to it
+        del self.deferred[deferred:]
         while len(self.slots) > slots:
             self.slots.popitem()  # the last added first: O(what the prompt added)
 
@@ -881,14 +885,14 @@ class Encoder:
                 if ids is not None:
                     self._heads.move_to_end(head)
                     self._head_hits += 1
+            code = _BLOCK - len(batch.heads)
             if ids is None:
                 turn = head[0][2]
-                if self._cache_limit and all(
-                    run[2] == turn and run[3] is False and run[4] is None for run in head
-                ):
-                    batch.pending.append((head, len(batch.source)))
+                if all(run[2] == turn and run[3] is False and run[4] is None for run in head):
+                    batch.heads[head] = code
+                    batch.deferred.append((head, code, len(batch.source)))
                 return 0
-            code = batch.heads[head] = _BLOCK - len(batch.blocks)
+            batch.heads[head] = code
             batch.blocks[code] = ids
         batch.source.append(code)
         batch.turn.append(head[0][2])
@@ -930,12 +934,21 @@ class Encoder:
     def _assemble(self, batch: _Batch, runs: list[np.ndarray]) -> list[Encoding]:
         """Every prompt's arrays, built for the whole batch at once (one join of every item's
         IDs, one repeat per per-token array) and handed out as slices."""
-        marker_ids = {**self._marker_ids, **batch.blocks} if batch.blocks else self._marker_ids
+        marker_ids = self._marker_ids
+        if batch.heads:
+            marker_ids = {**marker_ids, **batch.blocks}
+            for head, code, item in batch.deferred:
+                ids = np.concatenate(
+                    [
+                        runs[s] if s >= 0 else marker_ids[s]
+                        for s in batch.source[item : item + len(head)]
+                    ]
+                )
+                marker_ids[code] = ids
+                if self._cache_limit:
+                    with self._lock:
+                        self._remember_head(head, ids)
         pieces = [runs[s] if s >= 0 else marker_ids[s] for s in batch.source]
-        if batch.pending:
-            with self._lock:
-                for head, item in batch.pending:
-                    self._remember_head(head, np.concatenate(pieces[item : item + len(head)]))
         if batch.crossing:
             texts = list(batch.slots)
             for item, slot, part_starts in batch.crossing:

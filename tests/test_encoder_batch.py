@@ -235,3 +235,32 @@ def test_a_shared_system_turn_is_encoded_once_and_gives_the_same_ids(
         assert encoder.cache_info()["head_entries"] == 2
     encoder.clear_cache()
     assert encoder.cache_info()["head_entries"] == encoder.cache_info()["head_bytes"] == 0
+
+
+def test_a_shared_system_turn_in_one_cold_batch_with_refused_prompts(qwen38_dir: Path) -> None:
+    """In one batch on an empty cache the first prompt lays the shared system turn out and the
+    others take it as one block; a refused prompt that laid it out leaves nothing behind (the
+    next one lays it out again), and every kept row gets the IDs of a prompt built by hand."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
+    system = {"role": "system", "content": "You are terse."}
+
+    def row(text: str) -> list[dict[str, Any]]:
+        return [system, {"role": "user", "content": text}]
+
+    rows = [row("bad <think> 1"), row("good 1"), row("bad </think> 2"), row("good 2"), row("3")]
+    prompts = [qe.format_prompt(r, tools=tools) for r in rows]
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text="reject")
+    got = encoder.encode_batch(prompts, errors="return")
+    assert [type(g).__name__ for g in got] == [
+        "MarkerInTextError",
+        "Encoding",
+        "MarkerInTextError",
+        "Encoding",
+        "Encoding",
+    ]
+    reference = qe.Encoder.from_pretrained(
+        qwen38_dir, engine="tokenizers", markers_in_text="reject", cache_bytes=0
+    )
+    for position in (1, 3, 4):
+        _same(got[position], reference.encode(qe.Prompt(prompts[position].segments)))
+    assert encoder.cache_info()["head_entries"] == 1 and encoder.cache_info()["head_hits"] == 0
