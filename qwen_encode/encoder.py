@@ -708,9 +708,14 @@ class Encoder:
         if self._cache_limit:
             with self._lock:
                 for slot in todo:
-                    # A copy: the engine's result is a view of the whole batch's buffer, which
-                    # the cache would otherwise keep alive while counting only this run's bytes.
-                    self._remember(texts[slot], np.array(runs[slot]))
+                    # A view of the engine's batch buffer is copied: the cache would otherwise
+                    # keep the whole buffer alive while counting only this run's bytes. A run
+                    # encoded on its own owns its array already.
+                    encoded = runs[slot]
+                    assert encoded is not None
+                    self._remember(
+                        texts[slot], encoded if encoded.base is None else np.array(encoded)
+                    )
         return runs  # type: ignore[return-value]
 
     @staticmethod
@@ -960,6 +965,16 @@ class Encoder:
                 for part, count in enumerate(counts):
                     pieces[item + part] = ids[at : at + count]
                     at += count
+        if len(batch.ends) == 1 and pieces:
+            # One prompt (a request): no offsets to slice at, a few numpy calls fewer.
+            counts = [len(piece) for piece in pieces]
+            return [
+                Encoding(
+                    np.concatenate(pieces),
+                    np.repeat(np.asarray(batch.trained, dtype=bool), counts),
+                    np.repeat(np.asarray(batch.turn, dtype=np.int32), counts),
+                )
+            ]
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         input_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
         assistant_mask = np.repeat(np.asarray(batch.trained, dtype=bool), lengths)
