@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -74,6 +75,7 @@ _CHAT_OPTIONS = frozenset(
 _SMALL_RUNS = 32
 # Source codes of kept system turns in a _Batch: below every marker's (-1 - its ID).
 _BLOCK = -(1 << 40)
+_TURN, _TRAINED, _PARTS = itemgetter(2), itemgetter(3), itemgetter(4)
 _SMALL_CHARS = 16_384
 # Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
@@ -382,6 +384,10 @@ class Encoder:
         self._marker_ids = {
             -1 - token_id: np.array([token_id], dtype=np.int32)
             for token_id in vocabulary.added_tokens.values()
+        }
+        # A marker's code in _Batch.source, by its text.
+        self._marker_codes = {
+            content: -1 - token_id for content, token_id in vocabulary.added_tokens.items()
         }
         # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
         contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
@@ -831,13 +837,60 @@ class Encoder:
                 "encode_messages takes message dicts",
                 field="prompt",
             )
+        runs = prompt._layout()
+        start = 0 if prompt._head is None else self._lay_out_head(prompt._head, batch)
+        if check_text or not self._lay_out_plain(
+            prompt, runs[start:] if start else runs, start, batch
+        ):
+            self._lay_out_runs(prompt, runs, start, batch, check_text)
+
+    def _lay_out_plain(
+        self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch
+    ) -> bool:
+        """``_lay_out_runs`` for runs that each give one item (none crosses parts, the common
+        case), in a few C-level passes: lookups of every run, then the new texts and anything
+        refused, in order. False (nothing done) when some run has parts."""
+        if list(map(_PARTS, runs)).count(None) != len(runs):
+            return False
+        slot_of, marker_code = batch.slots.get, self._marker_codes.get
+        codes: list[Any] = [
+            slot_of(text)
+            if kind == _RUN_TEXT
+            else (marker_code(text) if kind == _RUN_MARKER else None)
+            for kind, text, _, _, _ in runs
+        ]
+        at = _next_none(codes, 0)
+        while at >= 0:
+            kind, text, turn, _, _ = runs[at]
+            if kind != _RUN_TEXT:
+                self._refuse_run(kind, text, turn)
+            slot = batch.slots.get(text)  # the same text earlier in this prompt
+            codes[at] = self._new_slot(prompt, start + at, text, batch) if slot is None else slot
+            at = _next_none(codes, at + 1)
+        batch.source += codes
+        batch.turn.extend(map(_TURN, runs))
+        batch.trained.extend(map(_TRAINED, runs))
+        return True
+
+    @staticmethod
+    def _refuse_run(kind: int, text: str, turn: int) -> None:
+        if kind == _RUN_MARKER:
+            raise PromptError(
+                f"{shown(text)} is not a token of this vocabulary",
+                message_index=turn if turn >= 0 else None,
+                field="marker",
+            )
+        raise PromptError(f"expected Text or Special segments, got {text}", field="prompt.segments")
+
+    def _lay_out_runs(
+        self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch, check_text: bool
+    ) -> None:
+        """The runs from ``start`` on, one at a time (see ``_lay_out``)."""
         added = self._added_ids
         slots = batch.slots
         source, turns, trains = batch.source, batch.turn, batch.trained
         # Bound once: three appends per run, ~30 runs per short row.
         add_source, add_turn, add_trained = source.append, turns.append, trains.append
-        runs = prompt._layout()
-        start = 0 if prompt._head is None else self._lay_out_head(prompt._head, batch)
         for position, (kind, text, turn, trained, parts) in enumerate(
             runs[start:] if start else runs, start
         ):
@@ -861,21 +914,12 @@ class Encoder:
                     trains.append(part_trained)
                 starts = tuple(offset for offset, _, _ in parts)
                 batch.crossing.append((len(source) - len(parts), slot, starts))
-            elif kind == _RUN_MARKER:
-                token = added.get(text)
-                if token is None:
-                    raise PromptError(
-                        f"{shown(text)} is not a token of this vocabulary",
-                        message_index=turn if turn >= 0 else None,
-                        field="marker",
-                    )
+            elif kind == _RUN_MARKER and (token := added.get(text)) is not None:
                 add_source(-1 - token)
                 add_turn(turn)
                 add_trained(trained)
             else:
-                raise PromptError(
-                    f"expected Text or Special segments, got {text}", field="prompt.segments"
-                )
+                self._refuse_run(kind, text, turn)
 
     def _lay_out_head(self, head: tuple[Any, ...], batch: _Batch) -> int:
         """A shared system turn (the render cache's runs, the same in every row of an agent data
@@ -1052,6 +1096,14 @@ class Encoder:
             else:
                 sizes[token_id] = len(token)
         return sizes
+
+
+def _next_none(codes: list[Any], start: int) -> int:
+    """Where the next run without a code is (a new text, or one to refuse), or -1."""
+    try:
+        return codes.index(None, start)
+    except ValueError:
+        return -1
 
 
 def _head_cost(key: tuple[Any, ...], ids: np.ndarray) -> int:

@@ -264,3 +264,12 @@ def test_a_shared_system_turn_in_one_cold_batch_with_refused_prompts(qwen38_dir:
     for position in (1, 3, 4):
         _same(got[position], reference.encode(qe.Prompt(prompts[position].segments)))
     assert encoder.cache_info()["head_entries"] == 1 and encoder.cache_info()["head_hits"] == 0
+
+
+def test_an_object_named_like_a_marker_is_still_refused(qwen38_dir: Path) -> None:
+    """A hand-made segment that is no segment is refused whatever its type's name spells."""
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    impostor = type("<|im_start|>", (), {})()
+    prompt = Prompt((Special("<|im_start|>"), Text("user\nhi"), impostor))  # type: ignore[arg-type]
+    with pytest.raises(qe.PromptError, match="expected Text or Special"):
+        encoder.encode(prompt)
