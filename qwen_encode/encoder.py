@@ -36,7 +36,7 @@ from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
 from .conversation import surrogate_problem
 from .engines import Engine, TokenizersEngine, load_fastokens, split_flat
 from .errors import MarkerInTextError, PromptError, TokenIdError, shown
-from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
+from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text, _segment_of
 from .protocol import (
     format_prompt,
 )
@@ -200,10 +200,11 @@ class Encoding:
         sampled_mask: np.ndarray | None = None,
         logprobs: np.ndarray | None = None,
     ) -> None:
-        # One dict update (frozen: no __setattr__); _source is (prompt, encoder) to
-        # attribute the tokens from when provenance is first asked for. The prompt, not its
-        # segments: a prompt from format_prompt builds its segments (one object each) only
-        # when asked, and a batch job that never reads provenance never asks.
+        # One dict update (frozen: no __setattr__); _source is (segments, compact segments,
+        # encoder) to attribute the tokens from when provenance is first asked for. A prompt
+        # from format_prompt has only the compact form (tuples): its segments (one object
+        # each) are built only if provenance is read, which a batch job never does. Not the
+        # prompt itself: its joined runs would stay alive with every encoding.
         self.__dict__.update(
             input_ids=input_ids,
             assistant_mask=assistant_mask,
@@ -222,9 +223,9 @@ class Encoding:
             if source is None:
                 codes = np.full(len(self.input_ids), UNRECORDED, dtype=np.int8)
             else:
-                prompt, encoder = source
+                segments, segs, encoder = source
                 codes = token_provenance(
-                    prompt.segments,
+                    tuple(map(_segment_of, segs)) if segments is None else segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,
@@ -666,7 +667,7 @@ class Encoder:
             encodings[position] = error
         for prompt, encoding in zip(prompts, encodings, strict=True):
             if isinstance(encoding, Encoding):  # provenance from these, on first use
-                encoding.__dict__["_source"] = (prompt, self)
+                encoding.__dict__["_source"] = (prompt._segments, prompt._segs, self)
         return encodings
 
     def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
