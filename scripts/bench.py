@@ -316,7 +316,7 @@ def _throughput_tasks(
         from transformers import AutoTokenizer
         from transformers.utils import logging
 
-        logging.set_verbosity_error()
+        logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         hf = AutoTokenizer.from_pretrained(model)
 
         def transformers_task() -> int:
@@ -639,7 +639,7 @@ def _data(model: str, args: argparse.Namespace) -> None:
     import shutil
     import tempfile
 
-    import datasets
+    import datasets  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     from qwen_encode import data
 
@@ -728,7 +728,7 @@ def _data(model: str, args: argparse.Namespace) -> None:
     ray_name = "Ray Data local (2 actors)"
     if not args.skip_ray:
         try:
-            import ray
+            import ray  # type: ignore[import-not-found, unused-ignore]
 
             ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             ray.data.DataContext.get_current().enable_progress_bars = False
@@ -771,8 +771,8 @@ def _write_shards(corpus: list[dict[str, Any]], work: Path, count: int) -> tuple
     stores them), and a shard of 2 rows for the fixed costs."""
     import json
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     shards = work / "in"
     shards.mkdir()
@@ -977,7 +977,7 @@ def _short_rows_transformers(
     except ImportError:
         print("  transformers not installed: no ratio")
         return
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     hf = AutoTokenizer.from_pretrained(model)
     times = []
     for _ in range(3):
