@@ -8,14 +8,15 @@ is; the rules of the prompt format itself (ordering, "no user query", ...) live 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from .errors import PromptError, shown
 from .json_text import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # re-exported: the protocol reads it here
 from .json_text import JSONTextError, json_depth_problem, loads
-from .markers import call_name_problem
+from .markers import CALL_NAME_FORBIDDEN, call_name_problem
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -161,29 +162,12 @@ class Turn:
             raise PromptError("Unexpected message role.", field="role")
         # Types are checked where a turn is made, not later inside format_prompt, where a wrong
         # one would surface as an unrelated TypeError far from the caller's mistake.
-        content = self.content
-        if isinstance(content, list):
-            content = tuple(content)
+        content = _checked_content(self.content)
+        if content is not self.content:
             object.__setattr__(self, "content", content)
-        if isinstance(content, tuple):
-            for j, block in enumerate(content):
-                if not isinstance(block, TextBlock | ImageBlock | VideoBlock):
-                    raise PromptError("Unexpected item type in content.", field=f"content[{j}]")
-        elif content is not None and not isinstance(content, str):
-            # Template: render_content raises this for anything but a string, a list or none.
-            raise PromptError("Unexpected content type.", field="content")
-        if isinstance(self.tool_calls, list):
-            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
-        if not isinstance(self.tool_calls, tuple):
-            raise PromptError(
-                f"must be a list of tool calls, got {type(self.tool_calls).__name__}",
-                field="tool_calls",
-            )
-        for j, call in enumerate(self.tool_calls):
-            if not isinstance(call, ToolCall):
-                raise PromptError(
-                    f"must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{j}]"
-                )
+        calls = _checked_calls(self.tool_calls)
+        if calls is not self.tool_calls:
+            object.__setattr__(self, "tool_calls", calls)
         for key in ("reasoning", "tool_call_id", "name"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
@@ -214,6 +198,36 @@ class Turn:
         return message
 
 
+def _checked_content(content: Any) -> Content:
+    """``Turn.content`` as stored (a list becomes a tuple), or ``PromptError``."""
+    if isinstance(content, list):
+        content = tuple(content)
+    if isinstance(content, tuple):
+        for j, block in enumerate(content):
+            if not isinstance(block, TextBlock | ImageBlock | VideoBlock):
+                raise PromptError("Unexpected item type in content.", field=f"content[{j}]")
+    elif content is not None and not isinstance(content, str):
+        # Template: render_content raises this for anything but a string, a list or none.
+        raise PromptError("Unexpected content type.", field="content")
+    return content  # type: ignore[no-any-return]
+
+
+def _checked_calls(calls: Any) -> tuple[ToolCall, ...]:
+    """``Turn.tool_calls`` as stored (a list becomes a tuple), or ``PromptError``."""
+    if isinstance(calls, list):
+        calls = tuple(calls)
+    if not isinstance(calls, tuple):
+        raise PromptError(
+            f"must be a list of tool calls, got {type(calls).__name__}", field="tool_calls"
+        )
+    for j, call in enumerate(calls):
+        if not isinstance(call, ToolCall):
+            raise PromptError(
+                f"must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{j}]"
+            )
+    return calls
+
+
 def _content_to_json(content: Content) -> str | list[dict[str, Any]] | None:
     if content is None or isinstance(content, str):
         return content
@@ -235,11 +249,132 @@ def turns_from_messages(messages: Iterable[Mapping[str, Any] | Turn]) -> tuple[T
     arrive as ``reasoning_content``, ``thinking`` or ``reasoning``. Errors are ``PromptError``
     naming the message index and field.
     """
-    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+    if type(messages) is not list and (
+        isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable)
+    ):
         raise PromptError(
             f"must be a list of message objects, got {type(messages).__name__}", field="messages"
         )
-    return tuple(_turn_from_message(i, m) for i, m in enumerate(messages))
+    return tuple([_plain_turn(m) or _turn_from_message(i, m) for i, m in enumerate(messages)])
+
+
+# -- the common shapes, read without the general path's checks -------------------------------
+#
+# A data set's messages are plain dicts: a role and string content, an assistant's reasoning text
+# and tool calls with flat arguments, tool results. Reading them through the general path (a
+# filtered copy of the dict, a Turn whose checks redo what was just checked, call names checked a
+# character at a time) cost more than rendering them. _plain_turn takes only messages it can
+# prove the general path would accept, and makes the Turn that path would make; on anything else
+# (a wrong type, a problem, an unusual shape) it returns None and the general path reads the
+# message, so every error and its location stay that path's.
+
+_ROLE_SET: Final = frozenset(ROLES)
+# An ASCII name call_name_problem accepts: printable, no space, none of the forbidden characters
+# (whatever it does not match goes to call_name_problem itself, through the general path).
+_PLAIN_NAME: Final = re.compile(
+    "["
+    + "".join(re.escape(chr(c)) for c in range(0x21, 0x7F) if chr(c) not in CALL_NAME_FORBIDDEN)
+    + "]+"
+).fullmatch
+# Argument values that nest no object or array (depth 1: always within MAX_JSON_DEPTH).
+_FLAT_VALUES: Final = frozenset({str, int, float, bool, type(None)})
+_new = object.__new__
+# The slots' own setters: a frozen dataclass's __setattr__ refuses, and __init__ would run the
+# checks again.
+_set_role, _set_content, _set_reasoning, _set_calls, _set_call_id, _set_name = (
+    Turn.__dict__[name].__set__
+    for name in ("role", "content", "reasoning", "tool_calls", "tool_call_id", "name")
+)
+_set_call_name, _set_arguments, _set_id, _set_undeclared = (
+    ToolCall.__dict__[name].__set__ for name in ("name", "arguments", "id", "undeclared")
+)
+
+
+def _plain_turn(message: Any) -> Turn | None:
+    """The Turn of a plain message dict, or None when the general path must read it."""
+    if type(message) is not dict:
+        return None
+    get = message.get
+    role, content = get("role"), get("content")
+    if type(role) is not str or role not in _ROLE_SET:
+        return None
+    if content is not None and type(content) is not str:
+        return None
+    reasoning = None
+    for key in REASONING_FIELDS:
+        value = get(key)
+        if value is not None:
+            if reasoning is not None or type(value) is not str:
+                return None  # two of them (equal or conflicting), or not a string
+            reasoning = value
+    calls: tuple[ToolCall, ...] = ()
+    given = get("tool_calls")
+    if given:
+        if type(given) is not list:
+            return None
+        plain = [_plain_call(call) for call in given]
+        if None in plain:
+            return None
+        calls = tuple(plain)  # type: ignore[arg-type]
+    elif given is not None and type(given) is not list:
+        return None
+    call_id, name = get("tool_call_id"), get("name")
+    if (call_id is not None and type(call_id) is not str) or (
+        name is not None and type(name) is not str
+    ):
+        return None
+    if role != "assistant" and (calls or reasoning is not None):
+        return None
+    turn: Turn = _new(Turn)
+    _set_role(turn, role)
+    _set_content(turn, content)
+    _set_reasoning(turn, reasoning)
+    _set_calls(turn, calls)
+    _set_call_id(turn, call_id)
+    _set_name(turn, name)
+    return turn
+
+
+def _plain_call(call: Any) -> ToolCall | None:
+    """The ToolCall of a plain call dict (OpenAI's nested form or the flat one), or None."""
+    if type(call) is not dict:
+        return None
+    function = call.get("function")
+    if function is None:
+        function = call
+    elif type(function) is not dict:
+        return None
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+    if type(name) is not str or not _PLAIN_NAME(name):
+        return None
+    if call_id is not None and type(call_id) is not str:
+        return None
+    if arguments is None:
+        arguments = {}
+    elif type(arguments) is str:
+        try:
+            arguments = loads(arguments) if arguments else {}
+        except JSONTextError:
+            return None  # the general path reports it, naming the field
+        if type(arguments) is not dict:
+            return None
+    elif type(arguments) is dict:
+        arguments = dict(arguments)
+    else:
+        return None
+    flat = True
+    for key, value in arguments.items():
+        if type(key) is not str or not _PLAIN_NAME(key):
+            return None
+        flat = flat and type(value) in _FLAT_VALUES
+    if not flat and json_depth_problem(arguments) is not None:
+        return None
+    made: ToolCall = _new(ToolCall)
+    _set_call_name(made, name)
+    _set_arguments(made, arguments)
+    _set_id(made, call_id)
+    _set_undeclared(made, ())
+    return made
 
 
 def _turn_from_message(index: int, message: Mapping[str, Any] | Turn) -> Turn:

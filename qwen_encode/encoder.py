@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, overload
 
@@ -42,7 +43,7 @@ from .errors import (
     outside_vocabulary,
     shown,
 )
-from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
+from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text, _segment_of
 from .protocol import (
     format_prompt,
 )
@@ -79,6 +80,9 @@ _CHAT_OPTIONS = frozenset(
 # A batch whose new text is at most this many runs and characters (one short request) is encoded
 # run by run on the calling thread instead of by the engine's parallel batch call (see _run_ids).
 _SMALL_RUNS = 32
+# Source codes of kept system turns in a _Batch: below every marker's (-1 - its ID).
+_BLOCK = -(1 << 40)
+_TURN, _TRAINED, _PARTS = itemgetter(2), itemgetter(3), itemgetter(4)
 _SMALL_CHARS = 16_384
 # Very long text runs (a 50 MB message) are encoded in pieces of about this many characters: one
 # tokenizers call on 50 MB took 111 s and 9.4 GB (its normalised string keeps per-byte
@@ -203,8 +207,11 @@ class Encoding:
         sampled_mask: np.ndarray | None = None,
         logprobs: np.ndarray | None = None,
     ) -> None:
-        # One dict update (frozen: no __setattr__); _source is (segments, encoder) to
-        # attribute the tokens from when provenance is first asked for.
+        # One dict update (frozen: no __setattr__); _source is (segments, compact segments,
+        # encoder) to attribute the tokens from when provenance is first asked for. A prompt
+        # from format_prompt has only the compact form (tuples): its segments (one object
+        # each) are built only if provenance is read, which a batch job never does. Not the
+        # prompt itself: its joined runs would stay alive with every encoding.
         self.__dict__.update(
             input_ids=input_ids,
             assistant_mask=assistant_mask,
@@ -223,9 +230,9 @@ class Encoding:
             if source is None:
                 codes = np.full(len(self.input_ids), UNRECORDED, dtype=np.int8)
             else:
-                segments, encoder = source
+                segments, segs, encoder = source
                 codes = token_provenance(
-                    segments,
+                    tuple(map(_segment_of, segs)) if segments is None else segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,
@@ -274,9 +281,21 @@ class _Batch:
     known ID) or a text run (IDs from the engine or the run cache), each with the turn and
     trained flag of its tokens. Plain lists of ints here, then a few numpy operations over the
     whole batch, instead of Python objects and array joins per run and per prompt: with a fast
-    engine the per-run bookkeeping, not BPE, was two thirds of the time (issue 13)."""
+    engine the per-run bookkeeping, not BPE, was two thirds of the time when encoding went run by
+    run."""
 
-    __slots__ = ("crossing", "ends", "literal", "slots", "source", "trained", "turn")
+    __slots__ = (
+        "blocks",
+        "crossing",
+        "deferred",
+        "ends",
+        "heads",
+        "literal",
+        "slots",
+        "source",
+        "trained",
+        "turn",
+    )
 
     def __init__(self) -> None:
         self.source: list[int] = []  # >= 0: a text run's slot; < 0: -1 - the marker's ID
@@ -289,15 +308,24 @@ class _Batch:
         # Runs whose segments belong to more than one (turn, trained): first item, slot and the
         # character where each part starts (one item per part, its length known once encoded).
         self.crossing: list[tuple[int, int, tuple[int, ...]]] = []
+        # Shared system turns, one item each (code _BLOCK - k in source): the code of each head
+        # met, its IDs when the encoder knew them (blocks), or else where its runs were first
+        # laid out in this batch, to be joined once encoded (deferred: key, code, first item).
+        self.heads: dict[tuple[Any, ...], int] = {}
+        self.blocks: dict[int, np.ndarray] = {}
+        self.deferred: list[tuple[tuple[Any, ...], int, int]] = []
 
-    def mark(self) -> tuple[int, int, int]:
-        return len(self.source), len(self.slots), len(self.crossing)
+    def mark(self) -> tuple[int, int, int, int]:
+        return len(self.source), len(self.slots), len(self.crossing), len(self.deferred)
 
-    def rollback(self, mark: tuple[int, int, int]) -> None:
+    def rollback(self, mark: tuple[int, int, int, int]) -> None:
         """Forget what a refused prompt added, so none of its text is encoded."""
-        items, slots, crossing = mark
+        items, slots, crossing, deferred = mark
         del self.source[items:], self.turn[items:], self.trained[items:]
         del self.crossing[crossing:], self.literal[slots:]
+        for head, _, _ in self.deferred[deferred:]:
+            del self.heads[head]  # laid out by the refused prompt: no later one refers to it
+        del self.deferred[deferred:]
         while len(self.slots) > slots:
             self.slots.popitem()  # the last added first: O(what the prompt added)
 
@@ -355,11 +383,19 @@ class Encoder:
         self._lock = threading.Lock()  # encoders are shared by a server's threads
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
+        # A shared system turn's IDs as one block (see _lay_out_head), a quarter of the budget.
+        self._heads: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._head_bytes = 0
+        self._head_hits = 0
         self._added_ids: Mapping[str, int] = vocabulary.added_tokens
         # A marker item's IDs, by its code in _Batch.source.
         self._marker_ids = {
             -1 - token_id: np.array([token_id], dtype=np.int32)
             for token_id in vocabulary.added_tokens.values()
+        }
+        # A marker's code in _Batch.source, by its text.
+        self._marker_codes = {
+            content: -1 - token_id for content, token_id in vocabulary.added_tokens.items()
         }
         # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
         contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
@@ -506,7 +542,7 @@ class Encoder:
             # The common case, checked without a Python loop over the IDs.
             bad = np.flatnonzero((array < 0) | (array >= size))
             if not len(bad):
-                return array.tolist()
+                return list(array.tolist())
             position = int(bad[0])
             raise TokenIdError(outside_vocabulary(int(array[position]), size), position=position)
         items = ids if isinstance(ids, list) else array.tolist() if array.ndim == 1 else list(array)
@@ -560,6 +596,8 @@ class Encoder:
         with self._lock:
             self._cache.clear()
             self._cache_bytes = 0
+            self._heads.clear()
+            self._head_bytes = self._head_hits = 0
 
     @overload
     def encode_batch(
@@ -607,10 +645,10 @@ class Encoder:
             mark = batch.mark()
             try:
                 self._lay_out(prompt, batch, check_text)
-            except PromptError as error:
+            except PromptError as refusal:
                 if errors == "raise":
                     raise
-                refused[position] = error
+                refused[position] = refusal
                 batch.rollback(mark)
             batch.ends.append(len(batch.source))
         runs = self._run_ids(batch)
@@ -619,7 +657,7 @@ class Encoder:
             encodings[position] = error
         for prompt, encoding in zip(prompts, encodings, strict=True):
             if isinstance(encoding, Encoding):  # provenance from these, on first use
-                encoding.__dict__["_source"] = (prompt.segments, self)
+                encoding.__dict__["_source"] = (prompt._segments, prompt._segs, self)
         return encodings
 
     def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
@@ -667,9 +705,14 @@ class Encoder:
         if self._cache_limit:
             with self._lock:
                 for slot in todo:
-                    # A copy: the engine's result is a view of the whole batch's buffer, which
-                    # the cache would otherwise keep alive while counting only this run's bytes.
-                    self._remember(texts[slot], np.array(runs[slot]))
+                    # A view of the engine's batch buffer is copied: the cache would otherwise
+                    # keep the whole buffer alive while counting only this run's bytes. A run
+                    # encoded on its own owns its array already.
+                    encoded = runs[slot]
+                    assert encoded is not None
+                    self._remember(
+                        texts[slot], encoded if encoded.base is None else np.array(encoded)
+                    )
         return runs  # type: ignore[return-value]
 
     @staticmethod
@@ -678,8 +721,33 @@ class Encoder:
         return len(slots) <= _SMALL_RUNS and sum(len(texts[s]) for s in slots) <= _SMALL_CHARS
 
     def cache_info(self) -> dict[str, int]:
-        """Entries and bytes of the text-run cache, and its limit (``cache_bytes``)."""
-        return {"entries": len(self._cache), "bytes": self._cache_bytes, "limit": self._cache_limit}
+        """Entries and bytes of the text-run cache, and its limit (``cache_bytes``); entries and
+        bytes of the system turns kept whole (``head_entries``, ``head_bytes``: a quarter of the
+        limit at most) and how many prompts took one since the cache was cleared
+        (``head_hits``)."""
+        with self._lock:
+            return {
+                "entries": len(self._cache),
+                "bytes": self._cache_bytes,
+                "limit": self._cache_limit,
+                "head_entries": len(self._heads),
+                "head_bytes": self._head_bytes,
+                "head_hits": self._head_hits,
+            }
+
+    def _remember_head(self, key: tuple[Any, ...], ids: np.ndarray) -> None:
+        if key in self._heads:
+            self._heads.move_to_end(key)
+            return
+        cost = _head_cost(key, ids)
+        limit = self._cache_limit // 4
+        if cost > limit:
+            return
+        self._heads[key] = ids
+        self._head_bytes += cost
+        while self._head_bytes > limit:
+            old_key, old_ids = self._heads.popitem(last=False)
+            self._head_bytes -= _head_cost(old_key, old_ids)
 
     def _remember(self, text: str, ids: np.ndarray) -> None:
         if text in self._cache:
@@ -760,12 +828,63 @@ class Encoder:
                 "encode_messages takes message dicts",
                 field="prompt",
             )
+        runs = prompt._layout()
+        start = 0 if prompt._head is None else self._lay_out_head(prompt._head, batch)
+        if check_text or not self._lay_out_plain(
+            prompt, runs[start:] if start else runs, start, batch
+        ):
+            self._lay_out_runs(prompt, runs, start, batch, check_text)
+
+    def _lay_out_plain(
+        self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch
+    ) -> bool:
+        """``_lay_out_runs`` for runs that each give one item (none crosses parts, the common
+        case), in a few C-level passes: lookups of every run, then the new texts and anything
+        refused, in order. False (nothing done) when some run has parts."""
+        if list(map(_PARTS, runs)).count(None) != len(runs):
+            return False
+        slot_of, marker_code = batch.slots.get, self._marker_codes.get
+        codes: list[Any] = [
+            slot_of(text)
+            if kind == _RUN_TEXT
+            else (marker_code(text) if kind == _RUN_MARKER else None)
+            for kind, text, _, _, _ in runs
+        ]
+        at = _next_none(codes, 0)
+        while at >= 0:
+            kind, text, turn, _, _ = runs[at]
+            if kind != _RUN_TEXT:
+                self._refuse_run(kind, text, turn)
+            slot = batch.slots.get(text)  # the same text earlier in this prompt
+            codes[at] = self._new_slot(prompt, start + at, text, batch) if slot is None else slot
+            at = _next_none(codes, at + 1)
+        batch.source += codes
+        batch.turn.extend(map(_TURN, runs))
+        batch.trained.extend(map(_TRAINED, runs))
+        return True
+
+    @staticmethod
+    def _refuse_run(kind: int, text: str, turn: int) -> None:
+        if kind == _RUN_MARKER:
+            raise PromptError(
+                f"{shown(text)} is not a token of this vocabulary",
+                message_index=turn if turn >= 0 else None,
+                field="marker",
+            )
+        raise PromptError(f"expected Text or Special segments, got {text}", field="prompt.segments")
+
+    def _lay_out_runs(
+        self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch, check_text: bool
+    ) -> None:
+        """The runs from ``start`` on, one at a time (see ``_lay_out``)."""
         added = self._added_ids
         slots = batch.slots
         source, turns, trains = batch.source, batch.turn, batch.trained
         # Bound once: three appends per run, ~30 runs per short row.
         add_source, add_turn, add_trained = source.append, turns.append, trains.append
-        for position, (kind, text, turn, trained, parts) in enumerate(prompt._layout()):
+        for position, (kind, text, turn, trained, parts) in enumerate(
+            runs[start:] if start else runs, start
+        ):
             if kind == _RUN_TEXT:
                 if check_text and not text.isascii():
                     self._check_run(prompt, position)
@@ -786,21 +905,39 @@ class Encoder:
                     trains.append(part_trained)
                 starts = tuple(offset for offset, _, _ in parts)
                 batch.crossing.append((len(source) - len(parts), slot, starts))
-            elif kind == _RUN_MARKER:
-                token = added.get(text)
-                if token is None:
-                    raise PromptError(
-                        f"{shown(text)} is not a token of this vocabulary",
-                        message_index=turn if turn >= 0 else None,
-                        field="marker",
-                    )
+            elif kind == _RUN_MARKER and (token := added.get(text)) is not None:
                 add_source(-1 - token)
                 add_turn(turn)
                 add_trained(trained)
             else:
-                raise PromptError(
-                    f"expected Text or Special segments, got {text}", field="prompt.segments"
-                )
+                self._refuse_run(kind, text, turn)
+
+    def _lay_out_head(self, head: tuple[Any, ...], batch: _Batch) -> int:
+        """A shared system turn (the render cache's runs, the same in every row of an agent data
+        set) as one item when its IDs are known: how many of the prompt's runs that covers (0:
+        lay them out one by one, and keep their IDs as one block once encoded). Only a head
+        laid out without refusal is ever kept, and the encoder's mode never changes, so a kept
+        head would pass again."""
+        code = batch.heads.get(head)
+        if code is None:
+            with self._lock:
+                ids = self._heads.get(head)
+                if ids is not None:
+                    self._heads.move_to_end(head)
+                    self._head_hits += 1
+            code = _BLOCK - len(batch.heads)
+            if ids is None:
+                turn = head[0][2]
+                if all(run[2] == turn and run[3] is False and run[4] is None for run in head):
+                    batch.heads[head] = code
+                    batch.deferred.append((head, code, len(batch.source)))
+                return 0
+            batch.heads[head] = code
+            batch.blocks[code] = ids
+        batch.source.append(code)
+        batch.turn.append(head[0][2])
+        batch.trained.append(False)
+        return len(head)
 
     @staticmethod
     def _check_run(prompt: Prompt, position: int) -> None:
@@ -838,6 +975,19 @@ class Encoder:
         """Every prompt's arrays, built for the whole batch at once (one join of every item's
         IDs, one repeat per per-token array) and handed out as slices."""
         marker_ids = self._marker_ids
+        if batch.heads:
+            marker_ids = {**marker_ids, **batch.blocks}
+            for head, code, item in batch.deferred:
+                ids = np.concatenate(
+                    [
+                        runs[s] if s >= 0 else marker_ids[s]
+                        for s in batch.source[item : item + len(head)]
+                    ]
+                )
+                marker_ids[code] = ids
+                if self._cache_limit:
+                    with self._lock:
+                        self._remember_head(head, ids)
         pieces = [runs[s] if s >= 0 else marker_ids[s] for s in batch.source]
         if batch.crossing:
             texts = list(batch.slots)
@@ -850,6 +1000,16 @@ class Encoder:
                 for part, count in enumerate(counts):
                     pieces[item + part] = ids[at : at + count]
                     at += count
+        if len(batch.ends) == 1 and pieces:
+            # One prompt (a request): no offsets to slice at, a few numpy calls fewer.
+            counts = [len(piece) for piece in pieces]
+            return [
+                Encoding(
+                    np.concatenate(pieces),
+                    np.repeat(np.asarray(batch.trained, dtype=bool), counts),
+                    np.repeat(np.asarray(batch.turn, dtype=np.int32), counts),
+                )
+            ]
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         input_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
         assistant_mask = np.repeat(np.asarray(batch.trained, dtype=bool), lengths)
@@ -899,7 +1059,7 @@ class Encoder:
             if int(sizes.sum()) == int(part_bytes[-1]):
                 begins = np.cumsum(sizes) - sizes
                 owner = np.searchsorted(part_bytes[:-1], begins, side="right") - 1
-                return np.bincount(owner, minlength=len(part_starts)).tolist()
+                return list(np.bincount(owner, minlength=len(part_starts)).tolist())
         counts = [0] * len(part_starts)
         base = 0
         for piece in _pieces(text) if self._cuttable else [text]:
@@ -927,6 +1087,19 @@ class Encoder:
             else:
                 sizes[token_id] = len(token)
         return sizes
+
+
+def _next_none(codes: list[Any], start: int) -> int:
+    """Where the next run without a code is (a new text, or one to refuse), or -1."""
+    try:
+        return codes.index(None, start)
+    except ValueError:
+        return -1
+
+
+def _head_cost(key: tuple[Any, ...], ids: np.ndarray) -> int:
+    """Bytes of a kept system turn, roughly: its text, its IDs, ~100 per run of overhead."""
+    return sum(len(run[1]) + 100 for run in key) + ids.nbytes
 
 
 def _unpickle_encoder(

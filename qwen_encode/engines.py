@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from tokenizers import PreTokenizedString, Tokenizer
+from tokenizers import Encoding, PreTokenizedString, Tokenizer
 
 from .checkpoint import derived_cache_path, file_sha256
 
@@ -80,7 +80,7 @@ class TokenizersEngine:
     def encode_ordinary(self, text: str) -> np.ndarray:
         return np.asarray(self.ordinary_encoding(text).ids, dtype=np.int32)
 
-    def ordinary_encoding(self, text: str):  # -> tokenizers.Encoding (with offsets)
+    def ordinary_encoding(self, text: str) -> Encoding:
         """What a copy of the tokenizer without added tokens gives, without keeping that second
         248k-token tokenizer in memory. ``encode_special_tokens=True`` is not enough: it leaves
         non-special added tokens such as ``<think>`` and ``<tool_call>`` matched."""
@@ -193,7 +193,7 @@ def load_fastokens(
     try:
         from importlib import metadata  # ~20 ms: only when fastokens is wanted
 
-        import fastokens
+        import fastokens  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         version = metadata.version("fastokens")
         engine = FastokensEngine(fastokens.Tokenizer.from_file(str(tokenizer_json)))

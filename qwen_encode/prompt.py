@@ -53,9 +53,16 @@ Segment: TypeAlias = Special | Text
 # with ``field`` the caller's field (str), None for protocol text, or ``_MARKER`` for a marker
 # (``text`` is then the marker). A tuple costs 0.04 µs to make, a frozen dataclass 0.8 µs: a short
 # row has ~60 segments, and building them as dataclasses was a quarter of rendering.
-_MARKER: Any = type("_MarkerField", (), {"__repr__": lambda self: "_MARKER"})()
+#
+# The two sentinels are strings made at run time (never interned, so no field name is the same
+# object; they are compared by identity) because a str is not tracked by the garbage collector:
+# a tuple holding only strings, ints, bools and None is untracked at its first collection, while
+# one holding an instance of a class stays tracked for life. A data job keeps thousands of
+# prompts alive, and full collections traversing ~20 marker tuples per prompt took more time
+# than rendering them.
+_MARKER: Any = "".join(["\x00", "marker"])
 # ``field`` of an object in a hand-made prompt that is no segment (``text`` names its type).
-_BAD: Any = type("_BadField", (), {"__repr__": lambda self: "_BAD"})()
+_BAD: Any = "".join(["\x00", "bad"])
 _Seg: TypeAlias = tuple[str, int, bool, Any]
 # What the encoder lays out, made where the segments are made: one tuple per marker or text run
 # (the text between two markers, joined), ``(kind, text, turn, trained, parts)``. kind:
@@ -126,28 +133,43 @@ class Prompt:
     compact form (tuples, and its text runs already joined for the encoder); ``segments`` is
     then built from it on first access. Immutable; equal when the segments are."""
 
-    __slots__ = ("_runs", "_segments", "_segs", "_text")
+    __slots__ = ("_head", "_runs", "_segments", "_segs", "_text")
+    _head: tuple[_Run, ...] | None
+    _runs: Sequence[_Run] | None
+    _segments: tuple[Segment, ...] | None
+    _segs: Sequence[_Seg] | None
+    _text: str | None
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
         object.__setattr__(self, "_segments", segments)
         object.__setattr__(self, "_segs", None)
         object.__setattr__(self, "_runs", None)
         object.__setattr__(self, "_text", None)
+        object.__setattr__(self, "_head", None)
 
     @classmethod
-    def _compact(cls, segs: Sequence[_Seg], runs: Sequence[_Run] | None = None) -> Prompt:
+    def _compact(
+        cls,
+        segs: Sequence[_Seg],
+        runs: Sequence[_Run] | None = None,
+        head: tuple[_Run, ...] | None = None,
+    ) -> Prompt:
+        """``head``: the leading runs, when they are a rendered system turn that other prompts
+        share (the encoder keeps their IDs as one block, keyed by these runs)."""
         prompt = cls.__new__(cls)
         object.__setattr__(prompt, "_segments", None)
         object.__setattr__(prompt, "_segs", segs)
         object.__setattr__(prompt, "_runs", runs)
         object.__setattr__(prompt, "_text", None)
+        object.__setattr__(prompt, "_head", head)
         return prompt
 
     @property
     def segments(self) -> tuple[Segment, ...]:
         segments = self._segments
         if segments is None:
-            segments = tuple(map(_segment_of, self._segs))  # type: ignore[arg-type]
+            assert self._segs is not None  # one of the two forms is always there
+            segments = tuple(map(_segment_of, self._segs))
             object.__setattr__(self, "_segments", segments)
         return segments
 
@@ -162,6 +184,7 @@ class Prompt:
     def _compact_segs(self) -> Sequence[_Seg]:
         segs = self._segs
         if segs is None:
+            assert self._segments is not None
             segs = [_seg_of(s) or (type(s).__name__, -1, False, _BAD) for s in self._segments]
             object.__setattr__(self, "_segs", segs)
         return segs

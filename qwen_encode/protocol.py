@@ -156,11 +156,16 @@ _TOOLS_HEAD_PARTS = _protocol_parts(_TOOLS_HEAD)
 _TOOLS_TAIL_PARTS = _protocol_parts(_TOOLS_TAIL)
 
 
+# json.dumps with any non-default option builds a JSONEncoder per call (a third of its time on a
+# small tool); this one is built once (JSONEncoder keeps no state between calls).
+_JSON_DUMPS = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _tojson(value: Any, field: str) -> str:
     """The template's ``tojson``: transformers overrides Jinja's filter with
     ``json.dumps(x, ensure_ascii=False)`` (default separators, key order kept)."""
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return _JSON_DUMPS(value)
     except (TypeError, ValueError) as error:
         # transformers would render a "<set>"-style placeholder; a value that is not JSON is a bug.
         # (ValueError: also an integer past Python's 4,300-digit conversion limit.)
@@ -172,7 +177,7 @@ def _tojson(value: Any, field: str) -> str:
 def _tool_signature_lines(tools: Any) -> list[str]:
     if isinstance(tools, str):
         tools = load_json(tools, "tools")
-    if isinstance(tools, Mapping) or not isinstance(tools, Sequence):
+    if type(tools) is not list and (isinstance(tools, Mapping) or not isinstance(tools, Sequence)):
         # The template skips a mapping (`tools is not mapping`): the tools would vanish unseen.
         raise PromptError(f"tools must be a list, got {type(tools).__name__}", field="tools")
     lines = []
@@ -180,12 +185,12 @@ def _tool_signature_lines(tools: Any) -> list[str]:
         where = f"tools[{i}]"
         if isinstance(tool, str):
             tool = load_json(tool, where)
-        if not isinstance(tool, Mapping):
+        if type(tool) is not dict and not isinstance(tool, Mapping):
             raise PromptError(
                 f"a tool must be a JSON object, got {type(tool).__name__}", field=where
             )
         try:
-            line: str | None = json.dumps(tool, ensure_ascii=False)
+            line: str | None = _JSON_DUMPS(tool)
         except (TypeError, ValueError, RecursionError):
             line = None  # named below: too deep first, as a walk before the dump would say
         # Each object or array of the tool writes one "{" or "[": a text with no more of them
@@ -735,7 +740,7 @@ def format_prompt(
             if role == "user" and content is not None:
                 _plain_user(segs, runs, content, index)
                 continue
-            if role == "assistant" and not turn.tool_calls:
+            if role == "assistant":
                 _plain_assistant(segs, runs, turn, index, layout.keep_reasoning)
                 continue
             if role == "tool" and content is not None:
@@ -750,7 +755,10 @@ def format_prompt(
     joined = joined and not _joins_text(runs, tail.runs)
     segs += tail.segs
     runs += tail.runs
-    return Prompt._compact(segs, runs if joined else _runs_of(segs))
+    if not joined:
+        return Prompt._compact(segs, _runs_of(segs))
+    # The system turn (its text all one message's, untrained) is encoded once per encoder.
+    return Prompt._compact(segs, runs, head.runs if len(head.runs) > 1 else None)
 
 
 def _checked(text: str, index: int, field: str) -> str:
@@ -785,10 +793,13 @@ def _plain_assistant(
     if keep_reasoning:
         reasoning = _checked((turn.reasoning or "").strip(), i, "reasoning_content")
     content = turn.content
+    assert content is None or isinstance(content, str)  # format_prompt sends only those here
     text = "" if content is None else _checked(content, i, "content").strip()
     segs.append((mk.TURN_OPEN, i, False, _MARKER))
     segs.append(("assistant\n", i, False, None))
     runs.append((_RUN_MARKER, mk.TURN_OPEN, i, False, None))
+    # The text run still open before the calls or <|im_end|>: its text, owner and parts.
+    parts: Any = None
     if keep_reasoning:
         # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
         runs.append((_RUN_TEXT, "assistant\n", i, False, None))
@@ -805,18 +816,69 @@ def _plain_assistant(
         segs.append((mk.THINK_CLOSE, i, True, _MARKER))
         segs.append(("\n\n", i, True, None))
         runs.append((_RUN_MARKER, mk.THINK_CLOSE, i, True, None))
-        runs.append((_RUN_TEXT, "\n\n" + text, i, True, None))
+        run, trained = "\n\n" + text, True
     elif text:
         # The header (not trained) and the content (trained) are one run of two parts.
-        runs.append((_RUN_TEXT, "assistant\n" + text, i, False, ((0, i, False), (10, i, True))))
+        run, trained, parts = "assistant\n" + text, False, ((0, i, False), (10, i, True))
     else:
-        runs.append((_RUN_TEXT, "assistant\n", i, False, None))
+        run, trained = "assistant\n", False
     if text:
         segs.append((text, i, True, "content"))
+    if turn.tool_calls:
+        if text:
+            # '\n\n' before the first call only when the trimmed content is non-empty.
+            segs.append(("\n\n", i, True, None))
+            run += "\n\n"
+        runs.append((_RUN_TEXT, run, i, trained, parts))
+        _plain_calls(segs, runs, turn.tool_calls, i)
+    else:
+        runs.append((_RUN_TEXT, run, i, trained, parts))
     segs.append((mk.TURN_CLOSE, i, True, _MARKER))
     segs.append(("\n", i, False, None))
     runs.append((_RUN_MARKER, mk.TURN_CLOSE, i, True, None))
     runs.append((_RUN_TEXT, "\n", i, False, None))
+
+
+def _plain_calls(segs: list[_Seg], runs: list[_Run], calls: Sequence[ToolCall], i: int) -> None:
+    """The calls of assistant turn ``i`` as ``_tool_call_segments`` writes them (same segments,
+    same checks in the same order), each call one text run between its two markers."""
+    for j, call in enumerate(calls):
+        where = f"tool_calls[{j}]"
+        if j:
+            segs.append(("\n", i, True, None))  # '\n' between two calls
+            runs.append((_RUN_TEXT, "\n", i, True, None))
+        segs.append((mk.TOOL_CALL_OPEN, i, True, _MARKER))
+        runs.append((_RUN_MARKER, mk.TOOL_CALL_OPEN, i, True, None))
+        name = _checked(call.name, i, f"{where}.name")
+        segs.append(("\n<function=", i, True, None))
+        segs.append((name, i, True, f"{where}.name"))
+        texts = ["\n<function=", name, ">\n"]
+        protocol = ">\n"  # protocol text not yet written: joined with what follows it
+        for key, value in call.arguments.items():
+            field = f"{where}.arguments.{key}"
+            segs.append((protocol + "<parameter=", i, True, None))
+            segs.append((_checked(key, i, field), i, True, field))
+            if not isinstance(value, str):
+                value = _tojson_at(value, i, field)
+            if value:
+                segs.append((">\n", i, True, None))
+                segs.append((_checked(value, i, field), i, True, field))
+                protocol = "\n</parameter>\n"
+            else:
+                protocol = ">\n\n</parameter>\n"
+            texts += ("<parameter=", key, ">\n", value, "\n</parameter>\n")
+        segs.append((protocol + "</function>\n", i, True, None))
+        texts.append("</function>\n")
+        segs.append((mk.TOOL_CALL_CLOSE, i, True, _MARKER))
+        runs.append((_RUN_TEXT, "".join(texts), i, True, None))
+        runs.append((_RUN_MARKER, mk.TOOL_CALL_CLOSE, i, True, None))
+
+
+def _tojson_at(value: Any, i: int, field: str) -> str:
+    try:
+        return _tojson(value, field)
+    except PromptError as error:
+        raise PromptError(error.reason, message_index=i, field=field) from None
 
 
 def _plain_tool(
@@ -909,17 +971,13 @@ def _plan(
 ) -> tuple[_Fragment | None, list[TurnLayout], _Fragment, int, int]:
     """``plan_prompt``'s work: the head (None when ``previous``'s is kept), the layouts, the
     tail, the last real query and how many layouts are ``previous``'s."""
-    for name, flag in (
-        ("enable_thinking", enable_thinking),
-        ("preserve_thinking", preserve_thinking),
-        ("add_generation_prompt", add_generation_prompt),
-        ("add_vision_id", add_vision_id),
-        ("continue_final_message", continue_final_message),
-    ):
-        # The template tests `is true` / `is false`: anything but a real bool would be read as
-        # neither, and silently select a third behaviour.
-        if not isinstance(flag, bool):
-            raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
+    _check_flags(
+        enable_thinking,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+    )
     if not turns:
         raise PromptError("No messages provided.")
     # The template resolves and checks the effort only while thinking (its `if enable_thinking is
@@ -978,6 +1036,43 @@ def _plan(
             previous.layouts[start].images_before,
             previous.layouts[start].videos_before,
         )
+    _lay_out_turns(
+        layouts, turns, start, images, videos, preserve_thinking, last_query, continue_final_message
+    )
+    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
+    return head, layouts, tail, last_query, start
+
+
+_FLAGS = (
+    "enable_thinking",
+    "preserve_thinking",
+    "add_generation_prompt",
+    "add_vision_id",
+    "continue_final_message",
+)
+
+
+def _check_flags(*flags: object) -> None:
+    """The template tests `is true` / `is false`: anything but a real bool would be read as
+    neither, and silently select a third behaviour."""
+    for name, flag in zip(_FLAGS, flags, strict=True):
+        if not isinstance(flag, bool):
+            raise PromptError(f"must be a bool, got {shown(flag)}", field=name)
+
+
+def _lay_out_turns(
+    layouts: list[TurnLayout],
+    turns: Sequence[Turn],
+    start: int,
+    images: int,
+    videos: int,
+    preserve_thinking: bool,
+    last_query: int,
+    continue_final_message: bool,
+) -> None:
+    """Append the layouts of ``turns[start:]`` (with the images and videos before ``start``),
+    refusing a misplaced system message or tool result (template order)."""
+    last = len(turns) - 1
     for index in range(start, len(turns)):
         turn = turns[index]
         before = turns[index - 1].role if index else None
@@ -1002,9 +1097,6 @@ def _plan(
         if isinstance(turn.content, tuple):
             images += sum(isinstance(block, ImageBlock) for block in turn.content)
             videos += sum(isinstance(block, VideoBlock) for block in turn.content)
-
-    tail = _tail_fragment(add_generation_prompt, continue_final_message, enable_thinking)
-    return head, layouts, tail, last_query, start
 
 
 def render_turn(

@@ -316,7 +316,7 @@ def _throughput_tasks(
         from transformers import AutoTokenizer
         from transformers.utils import logging
 
-        logging.set_verbosity_error()
+        logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         hf = AutoTokenizer.from_pretrained(model)
 
         def transformers_task() -> int:
@@ -437,7 +437,7 @@ def _threads(model: str, count: int, runs: int) -> None:
     )
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT.parent / "shared/checkpoints/qwen3.8-27b"))
     parser.add_argument("--conversations", type=int, default=1000)
@@ -465,9 +465,10 @@ def main() -> None:
     parser.add_argument("--data-batch", type=int, default=512, help="rows per batch in 7")
     parser.add_argument("--only-short-rows", action="store_true", help="only section 8")
     parser.add_argument("--rows", type=int, default=10_000, help="short rows in section 8")
-    args = parser.parse_args()
-    model = str(Path(args.model).resolve())
+    return parser.parse_args()
 
+
+def _header() -> None:
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -478,18 +479,42 @@ def main() -> None:
     ).stdout.strip()
     print(f"qwen-encode bench, commit {commit}{' (+uncommitted changes)' if dirty else ''}")
 
+
+def _only(model: str, args: argparse.Namespace) -> bool:
+    """Run the one section an ``--only-*`` option asks for; whether one did."""
     if args.only_cold:
         _cold(model, max(3, args.runs))
-        return
-    if args.only_long_chat:
+    elif args.only_long_chat:
         _long_chat(model, args.chat_turns, args.runs)
-        return
-    if args.only_data:
+    elif args.only_data:
         _data(model, args)
-        return
-    if args.only_short_rows:
+    elif args.only_short_rows:
         _short_rows(model, args.rows, args.runs)
+    else:
+        return False
+    return True
+
+
+def main() -> None:
+    args = _arguments()
+    model = str(Path(args.model).resolve())
+    _header()
+    if _only(model, args):
         return
+    tasks, encoders = _throughput(model, args)
+    if args.only_throughput:
+        return
+    _incremental_chat(model, tasks, encoders, args.runs)
+    _long_chat(model, args.chat_turns, args.runs)
+    _short_rows(model, args.rows, args.runs)
+    if not args.skip_cold:
+        _cold(model, max(3, args.runs))
+
+
+def _throughput(
+    model: str, args: argparse.Namespace
+) -> tuple[dict[str, Callable[[], int]], dict[str, qe.Encoder]]:
+    """Sections 1-3 (and the 1 vs 2 threads run)."""
     corpus = make_corpus(args.conversations)
     encoders = {
         "tokenizers": qe.Encoder.from_pretrained(model, engine="tokenizers"),
@@ -534,10 +559,16 @@ def main() -> None:
         print(_row(name, seconds, count, baseline) + share)
     if "fastokens" in encoders and not args.skip_threads:
         _threads(model, args.conversations, args.runs)
-    if args.only_throughput:
-        return
+    return tasks, encoders
 
-    # 4. incremental chat
+
+def _incremental_chat(
+    model: str,
+    tasks: dict[str, Callable[[], int]],
+    encoders: dict[str, qe.Encoder],
+    runs: int,
+) -> None:
+    """Section 4: a chat grown to 64 turns, IDs after every user turn."""
     chat = make_corpus(64, seed=64)
     grown: list[dict[str, Any]] = []
     for conversation in chat:
@@ -580,7 +611,7 @@ def main() -> None:
             return total
 
         chat_tasks[f"4. qwen-encode chat session [{name}]"] = session_task
-    results = _median_runs(chat_tasks, args.runs)
+    results = _median_runs(chat_tasks, runs)
     baseline = next(iter(results.values()))[0]
     print(
         f"\nincremental chat ({len(grown)} turns, input_ids after each of {len(steps)} user turns):"
@@ -597,51 +628,25 @@ def main() -> None:
             f"last 8 {late * 1e3:.2f} ms (history {len(grown)} turns at the end)"
         )
 
-    _long_chat(model, args.chat_turns, args.runs)
-    _short_rows(model, args.rows, args.runs)
-    if not args.skip_cold:
-        _cold(model, max(3, args.runs))
-
 
 def _data(model: str, args: argparse.Namespace) -> None:
     """Section 7. Every variant reads the same shards and writes the same rows (token counts
     checked). Each worker (a datasets process, a Ray actor) runs one BPE thread, so the scaling
     baseline is one process on one BPE thread; one process with tokenizers' default (a BPE
     thread per core) is shown beside it, with its CPU time / wall time."""
-    import json
     import os
     import pickle
     import shutil
     import tempfile
 
-    import datasets
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import datasets  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     from qwen_encode import data
 
     datasets.disable_progress_bars()
     corpus = make_corpus(args.data_conversations)
     work = Path(tempfile.mkdtemp(prefix="qwen-encode-bench-"))
-    shards = work / "in"
-    shards.mkdir()
-    per = -(-len(corpus) // args.shards)
-    for i in range(args.shards):
-        rows = [
-            {
-                "messages": json.dumps(c["messages"]),
-                "tools": None if c["tools"] is None else json.dumps(c["tools"]),
-                "add_generation_prompt": False,
-            }
-            for c in corpus[i * per : (i + 1) * per]
-        ]
-        pq.write_table(pa.Table.from_pylist(rows), shards / f"part-{i:03d}.parquet")
-    tiny = work / "tiny"
-    tiny.mkdir()
-    pq.write_table(
-        pa.Table.from_pylist([{"messages": json.dumps(c["messages"])} for c in corpus[:2]]),
-        tiny / "part-000.parquet",
-    )
+    shards, tiny = _write_shards(corpus, work, args.shards)
     encoder = qe.Encoder.from_pretrained(model, engine=args.data_engine)
     print(
         f"training data: {len(corpus)} conversations in {args.shards} Parquet shards, "
@@ -723,7 +728,7 @@ def _data(model: str, args: argparse.Namespace) -> None:
     ray_name = "Ray Data local (2 actors)"
     if not args.skip_ray:
         try:
-            import ray
+            import ray  # type: ignore[import-not-found, unused-ignore]
 
             ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             ray.data.DataContext.get_current().enable_progress_bars = False
@@ -761,6 +766,36 @@ def _data(model: str, args: argparse.Namespace) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _write_shards(corpus: list[dict[str, Any]], work: Path, count: int) -> tuple[Path, Path]:
+    """The corpus as ``count`` Parquet shards (messages and tools as JSON text, as a data set
+    stores them), and a shard of 2 rows for the fixed costs."""
+    import json
+
+    import pyarrow as pa  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    shards = work / "in"
+    shards.mkdir()
+    per = -(-len(corpus) // count)
+    for i in range(count):
+        rows = [
+            {
+                "messages": json.dumps(c["messages"]),
+                "tools": None if c["tools"] is None else json.dumps(c["tools"]),
+                "add_generation_prompt": False,
+            }
+            for c in corpus[i * per : (i + 1) * per]
+        ]
+        pq.write_table(pa.Table.from_pylist(rows), shards / f"part-{i:03d}.parquet")
+    tiny = work / "tiny"
+    tiny.mkdir()
+    pq.write_table(
+        pa.Table.from_pylist([{"messages": json.dumps(c["messages"])} for c in corpus[:2]]),
+        tiny / "part-000.parquet",
+    )
+    return shards, tiny
+
+
 def _spin() -> None:
     total = 0
     for i in range(10_000_000):
@@ -791,7 +826,8 @@ def _load() -> str:
 
 def _long_chat(model: str, turns: int, runs: int) -> None:
     """One conversation grown to ``turns`` messages, IDs after every user turn: the cost of a new
-    turn must not grow with the history (issue 9 measured 0.31 ms early, 9.75 ms at turn 2,000)."""
+    turn must not grow with the history (re-rendering the whole history measured 0.31 ms early
+    and 9.75 ms at turn 2,000)."""
     pool = [
         m
         for c in make_corpus(64, seed=64)
@@ -941,7 +977,7 @@ def _short_rows_transformers(
     except ImportError:
         print("  transformers not installed: no ratio")
         return
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     hf = AutoTokenizer.from_pretrained(model)
     times = []
     for _ in range(3):

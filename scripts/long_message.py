@@ -9,8 +9,8 @@ call on a single user message is timed, and the peak RSS it adds is read from /p
 high-water mark is reset (``/proc/self/clear_refs``) after loading, so the figure is the call's
 own peak above the RSS it started from. Shapes: ``lines`` (lines of mixed Latin, accented and
 CJK words, code and numbers), ``indented`` (code whose every line starts with spaces),
-``one-line`` (words on one line), ``json`` (minified JSON). Before long runs were cut, 50 MB took
-111 s and 9.4 GB on the tokenizers engine. ``--package``/``--path`` measure
+``one-line`` (words on one line), ``json`` (minified JSON). Before long runs were cut, 50 MB on
+the tokenizers engine took 111 s and 9.4 GB. ``--package``/``--path`` measure
 another copy of the package (scripts/ab.py leaves one per commit under the temporary folder).
 """
 

@@ -53,7 +53,7 @@ def _call(rng: random.Random, tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tool_row(rng: random.Random, system: str, tools: list[dict[str, Any]]) -> list[dict]:
+def _tool_row(rng: random.Random, system: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # system, user, assistant calling two tools, their two results, the answer: 6 messages
     calls = [_call(rng, rng.choice(tools)) for _ in range(2)]
     return [
@@ -71,7 +71,7 @@ def _tool_row(rng: random.Random, system: str, tools: list[dict[str, Any]]) -> l
     ]
 
 
-def _chat_row(rng: random.Random, system: str | None) -> list[dict]:
+def _chat_row(rng: random.Random, system: str | None) -> list[dict[str, Any]]:
     # three user / assistant exchanges (6 messages), a system prompt first in half of them
     messages: list[dict[str, Any]] = (
         [] if system is None else [{"role": "system", "content": system}]
@@ -94,7 +94,7 @@ def make_rows(count: int, seed: int = 0, *, shared: bool = False) -> list[dict[s
     rng = random.Random(seed)
     tool_sets = [[_tool(rng, i) for i in range(rng.randint(1, 2))] for _ in range(TOOL_SETS)]
     systems = [_words(rng, rng.randint(4, 10)) for _ in range(SYSTEM_PROMPTS)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for _ in range(count):
         if shared:
             tools = tool_sets[0]

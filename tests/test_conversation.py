@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import qwen_encode as qe
+from tests.test_robustness import MESSAGE
 
 
 def test_none_valued_keys_count_as_absent() -> None:
@@ -266,3 +269,111 @@ def test_error_messages_never_carry_a_lone_surrogate() -> None:
     str(error).encode("utf-8")
     assert error.reason == "Unexpected reasoning effort \\ud800."
     assert error.field == "a\\udcff"
+
+
+# -- the plain-dict path: the same turns and the same errors as the general path -------------
+
+
+def _general(messages: list) -> tuple | tuple[str, int | None, str | None]:
+    """What the general path alone makes of ``messages`` (a tuple of turns, or the error)."""
+    from qwen_encode.conversation import _turn_from_message
+
+    try:
+        return tuple(_turn_from_message(i, m) for i, m in enumerate(messages))
+    except qe.PromptError as error:
+        return (error.reason, error.message_index, error.field)
+
+
+def _either(messages: list) -> tuple | tuple[str, int | None, str | None]:
+    try:
+        return qe.turns_from_messages(messages)
+    except qe.PromptError as error:
+        return (error.reason, error.message_index, error.field)
+
+
+def _strict(value: object) -> object:
+    """A value with every type spelled out (1, 1.0 and True compare equal; here they differ)."""
+    if isinstance(value, qe.Turn | qe.ToolCall):
+        return (type(value), *(_strict(getattr(value, f)) for f in value.__slots__))
+    if isinstance(value, dict):
+        return (dict, [(_strict(k), _strict(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value), [_strict(v) for v in value])
+    return (type(value), value)
+
+
+_PLAIN_SHAPES: list[dict] = [
+    {"role": "user", "content": "q"},
+    {"role": "system", "content": " s "},
+    {"role": "assistant", "content": "a", "reasoning_content": "r"},
+    {"role": "assistant", "content": None, "thinking": "r", "name": "bot"},
+    {"role": "assistant", "reasoning": "r", "tool_calls": []},
+    {"role": "tool", "content": "t", "tool_call_id": "c1", "name": "f"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "id": "c1", "function": {"name": "f", "arguments": {"a": 1}}},
+            {"function": {"name": "g.h-1", "arguments": '{"x": [1, {"y": null}], "z": 2.5}'}},
+            {"name": "k", "arguments": ""},
+            {"name": "k", "arguments": None, "id": None},
+            {"name": "k", "arguments": {"b": True, "c": None, "d": "v"}},
+        ],
+    },
+]
+
+_ODD_SHAPES: list = [
+    {"role": "user", "content": "q", "reasoning_content": "r"},
+    {"role": "user", "content": "q", "tool_calls": [{"name": "f"}]},
+    {"role": "assistant", "reasoning_content": "a", "thinking": "a"},
+    {"role": "assistant", "reasoning_content": "a", "thinking": "b"},
+    {"role": "assistant", "reasoning_content": 5},
+    {"role": "assistant", "tool_calls": ""},
+    {"role": "assistant", "tool_calls": {}},
+    {"role": "assistant", "tool_calls": ({"name": "f"},)},
+    {"role": "assistant", "tool_calls": [{"name": "a b"}]},
+    {"role": "assistant", "tool_calls": [{"name": "f\x7f"}]},
+    {"role": "assistant", "tool_calls": [{"name": "é"}]},
+    {"role": "assistant", "tool_calls": [{"name": ""}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "id": 5}]},
+    {"role": "assistant", "tool_calls": [{"function": None, "name": "f"}]},
+    {"role": "assistant", "tool_calls": [{"function": "f"}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": "[1]"}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": "{"}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"a<": 1}}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"a": _nested(101)}}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"a": _nested(99)}}]},
+    {"role": "assistant", "tool_calls": [{"name": "f", "arguments": [("a", 1)]}]},
+    {"role": "user", "content": ["x"]},
+    {"role": "user", "content": [{"type": "text", "text": "x"}]},
+    {"role": "user", "content": 5},
+    {"role": "bot", "content": "x"},
+    {"role": None, "content": "x"},
+    {"role": ["user"], "content": "x"},
+    {"role": "user", "content": "x", "name": 5},
+    {"role": "tool", "content": "x", "tool_call_id": b"c"},
+    {"content": "x"},
+    "user",
+    qe.Turn("user", "x"),
+]
+
+
+@pytest.mark.parametrize("message", _PLAIN_SHAPES + _ODD_SHAPES)
+def test_plain_path_reads_every_shape_as_the_general_path(message) -> None:
+    messages = [{"role": "user", "content": "first"}, message]
+    assert _strict(_either(messages)) == _strict(_general(messages))
+
+
+def test_plain_path_takes_the_plain_shapes_and_leaves_the_others() -> None:
+    from qwen_encode.conversation import _plain_turn
+
+    assert all(_plain_turn(m) is not None for m in _PLAIN_SHAPES)
+    taken = [m for m in _ODD_SHAPES if _plain_turn(m) is not None]
+    # Valid after all: "function": None reads the flat form, and nesting within the limit.
+    assert taken == [_ODD_SHAPES[13], _ODD_SHAPES[19]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MESSAGE, max_size=3))
+def test_plain_path_agrees_with_the_general_path_on_hostile_messages(messages) -> None:
+    assert _strict(_either(messages)) == _strict(_general(messages))

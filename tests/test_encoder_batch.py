@@ -188,3 +188,88 @@ def _short_requests(spelled: str) -> list[dict[str, Any]]:
         },
         {"messages": [{"role": "user", "content": spelled}], "tools": None},
     ]
+
+
+@pytest.mark.parametrize("mode", ["literal", "atomic", "reject"])
+def test_a_shared_system_turn_is_encoded_once_and_gives_the_same_ids(
+    qwen38_dir: Path, mode: str
+) -> None:
+    """An agent data set: every row the same system prompt and tools block. Its IDs are kept as
+    one block after the first row; every row still gets the IDs of a prompt built by hand (no
+    shared head, laid out run by run), and in reject mode a head spelling a marker is refused
+    every time, never kept."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "find <b>"}}]
+    rows = [
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": f"question {i}"},
+            {"role": "assistant", "content": f"answer {i}", "reasoning_content": "r"},
+        ]
+        for i in range(6)
+    ]
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+    prompts = [qe.format_prompt(r, tools=tools, add_generation_prompt=False) for r in rows]
+    by_hand = [qe.Prompt(p.segments) for p in prompts]
+    expected = qe.Encoder.from_pretrained(
+        qwen38_dir, engine="tokenizers", markers_in_text=mode, cache_bytes=0
+    ).encode_batch(by_hand)
+    first = [encoder.encode(p) for p in prompts[:2]]
+    assert encoder.cache_info()["head_entries"] == 1 and encoder.cache_info()["head_bytes"] > 0
+    assert encoder.cache_info()["head_hits"] == 1  # the second prompt took the block
+    batch = encoder.encode_batch(prompts)
+    for a, b in zip([*first, *batch], [*expected[:2], *expected], strict=True):
+        _same(a, b)
+    assert encoder.cache_info()["head_entries"] == 1
+    assert encoder.cache_info()["head_hits"] == 2  # once per batch: the batch shares it
+    spelled = [{"role": "system", "content": "<think> is a tag"}, *rows[0][1:]]
+    prompt = qe.format_prompt(spelled, tools=tools, add_generation_prompt=False)
+    if mode == "reject":
+        for _ in range(2):
+            with pytest.raises(qe.MarkerInTextError):
+                encoder.encode(prompt)
+        assert encoder.cache_info()["head_entries"] == 1
+    else:
+        reference = encoder.encode(qe.Prompt(prompt.segments))
+        for _ in range(2):
+            _same(encoder.encode(prompt), reference)
+        assert encoder.cache_info()["head_entries"] == 2
+    encoder.clear_cache()
+    assert encoder.cache_info()["head_entries"] == encoder.cache_info()["head_bytes"] == 0
+
+
+def test_a_shared_system_turn_in_one_cold_batch_with_refused_prompts(qwen38_dir: Path) -> None:
+    """In one batch on an empty cache the first prompt lays the shared system turn out and the
+    others take it as one block; a refused prompt that laid it out leaves nothing behind (the
+    next one lays it out again), and every kept row gets the IDs of a prompt built by hand."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
+    system = {"role": "system", "content": "You are terse."}
+
+    def row(text: str) -> list[dict[str, Any]]:
+        return [system, {"role": "user", "content": text}]
+
+    rows = [row("bad <think> 1"), row("good 1"), row("bad </think> 2"), row("good 2"), row("3")]
+    prompts = [qe.format_prompt(r, tools=tools) for r in rows]
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text="reject")
+    got = encoder.encode_batch(prompts, errors="return")
+    assert [type(g).__name__ for g in got] == [
+        "MarkerInTextError",
+        "Encoding",
+        "MarkerInTextError",
+        "Encoding",
+        "Encoding",
+    ]
+    reference = qe.Encoder.from_pretrained(
+        qwen38_dir, engine="tokenizers", markers_in_text="reject", cache_bytes=0
+    )
+    for position in (1, 3, 4):
+        _same(got[position], reference.encode(qe.Prompt(prompts[position].segments)))
+    assert encoder.cache_info()["head_entries"] == 1 and encoder.cache_info()["head_hits"] == 0
+
+
+def test_an_object_named_like_a_marker_is_still_refused(qwen38_dir: Path) -> None:
+    """A hand-made segment that is no segment is refused whatever its type's name spells."""
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    impostor = type("<|im_start|>", (), {})()
+    prompt = Prompt((Special("<|im_start|>"), Text("user\nhi"), impostor))  # type: ignore[arg-type]
+    with pytest.raises(qe.PromptError, match="expected Text or Special"):
+        encoder.encode(prompt)

@@ -638,6 +638,15 @@ _SHAPES: list[dict] = [
     {"role": "assistant", "content": "a"},
     {"role": "assistant", "content": None, "reasoning_content": "  "},
     {"role": "assistant", "content": "a", "tool_calls": [_call("f", {"x": 1})]},
+    {"role": "assistant", "content": " ", "tool_calls": [_call("f", {})]},
+    {"role": "assistant", "tool_calls": [_call("f", {"x": ""}), _call("g", {"y": "v", "z": ""})]},
+    {
+        "role": "assistant",
+        "content": " c\n",
+        "reasoning_content": "r",
+        "tool_calls": [_call("f", {"a": {"b": [1, None]}, "s": " <x> \n", "n": 2.5})],
+    },
+    {"role": "assistant", "reasoning_content": " ", "tool_calls": [_call("f", {}), _call("g", {})]},
     {"role": "tool", "content": " t "},
     {"role": "tool", "content": ""},
     {"role": "tool", "content": [{"type": "text", "text": "t"}]},
@@ -679,6 +688,38 @@ def test_plain_renderers_write_what_the_builder_writes(messages: list[dict], pre
     assert list(prompt._layout()) == _runs_of([_seg_of(s) for s in expected])
     assert prompt.text == "".join(
         s.marker if isinstance(s, qe.Special) else s.text for s in expected
+    )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _call("f\ud800", {}),
+        _call("f", {"a\ud800": "v"}),
+        _call("f", {"a": "v\ud800"}),
+        _call("f", {"a": {"k": "v\ud800"}}),
+        _call("f", {"a": {1, 2}}),
+        _call("f", {"a": 10**5000, "b": "\ud800"}),
+        _call("f", {"a": "\ud800", "b": {3}}),
+    ],
+)
+def test_plain_calls_refuse_what_the_builder_refuses(call: dict) -> None:
+    """The plain renderer of calls checks what the builder checks, in the same order."""
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "c", "reasoning_content": "r", "tool_calls": [call]},
+    ]
+    turns = qe.turns_from_messages(messages)
+    plan = qe.plan_prompt(turns, add_generation_prompt=False)
+    with pytest.raises(qe.PromptError) as by_builder:
+        qe.render_turn(turns[1], 1, plan.layouts[1])
+    with pytest.raises(qe.PromptError) as plain:
+        qe.format_prompt(messages, add_generation_prompt=False)
+    expected = by_builder.value
+    assert (plain.value.reason, plain.value.message_index, plain.value.field) == (
+        expected.reason,
+        expected.message_index,
+        expected.field,
     )
 
 
