@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from .errors import PromptError, shown
-from .json_text import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # re-exported: the protocol reads it here
+from .json_text import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # re-exported: the docs name it here
 from .json_text import JSONTextError, json_depth_problem, loads
 from .markers import CALL_NAME_FORBIDDEN, call_name_problem
 

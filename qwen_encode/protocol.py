@@ -24,18 +24,17 @@ from typing import Any
 
 from . import markers as mk
 from .conversation import (
-    MAX_JSON_DEPTH,
     ImageBlock,
     TextBlock,
     ToolCall,
     Turn,
     VideoBlock,
-    json_depth_problem,
     load_json,
     surrogate_problem,
     turns_from_messages,
 )
 from .errors import PromptError, shown
+from .json_text import MAX_JSON_DEPTH, json_depth_problem
 from .prompt import (
     _MARKER,
     _MARKER_SPLIT,
