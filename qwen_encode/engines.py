@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from tokenizers import Encoding, PreTokenizedString, Tokenizer
@@ -96,23 +96,31 @@ class TokenizersEngine:
         return pieces.to_encoding()
 
 
+class FastokensTokenizer(Protocol):
+    """What this module calls on a ``fastokens.Tokenizer`` (fastokens ships no type hints)."""
+
+    def encode_batch_flat(self, texts: list[str]) -> tuple[Any, Any]: ...
+
+    def encode_ordinary(self, text: str) -> Any: ...
+
+
 class FastokensEngine:
     name = "fastokens"
 
-    def __init__(self, tokenizer: object):
+    def __init__(self, tokenizer: FastokensTokenizer):
         self.tokenizer = tokenizer
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
             return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-        flat, offsets = self.tokenizer.encode_batch_flat(list(texts))  # type: ignore[attr-defined]
+        flat, offsets = self.tokenizer.encode_batch_flat(list(texts))
         # IDs are below 2**31 (vocabularies of a few 100k), so the uint32 buffer reads as int32
         # without a copy.
         ids = np.frombuffer(flat, dtype=np.int32)
         return ids, np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
 
     def encode_ordinary(self, text: str) -> np.ndarray:
-        return np.asarray(self.tokenizer.encode_ordinary(text).ids, dtype=np.int32)  # type: ignore[attr-defined]
+        return np.asarray(self.tokenizer.encode_ordinary(text).ids, dtype=np.int32)
 
 
 def _joined(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -193,7 +201,7 @@ def load_fastokens(
     try:
         from importlib import metadata  # ~20 ms: only when fastokens is wanted
 
-        import fastokens  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        import fastokens
 
         version = metadata.version("fastokens")
         engine = FastokensEngine(fastokens.Tokenizer.from_file(str(tokenizer_json)))
