@@ -59,6 +59,8 @@ group_train() {
     refresh train
     run_tests train tests/test_data.py tests/test_train.py tests/test_rollout_model.py \
         tests/test_robustness.py -q
+    # The training-data page's Ray block runs here (it skips where Ray is absent).
+    run_tests train tests/test_docs.py -q -k training-data
 }
 
 # llama-cpp-python compiles llama.cpp from its sdist (no Linux wheels on PyPI): minutes of C++ on
