@@ -202,6 +202,20 @@ def cuts(count: int, rng: random.Random) -> list[int]:
     return [rng.randint(1, 7) for _ in range(count)]
 
 
+def id_chunks(ids: list[int], sizes: list[int] | None = None) -> list[list[int]]:
+    """``ids`` cut into the deltas an engine streams: ``sizes`` tokens at a time (one by one
+    without sizes), the rest in one last delta when the sizes run out."""
+    chunks, at = [], 0
+    for size in sizes or [1] * len(ids):
+        if at >= len(ids):
+            break
+        chunks.append(ids[at : at + size])
+        at += size
+    if at < len(ids):
+        chunks.append(ids[at:])
+    return chunks
+
+
 # Requests the prompt-side tests render through each engine: no caller text spells a marker.
 CONVERSATIONS = [
     [{"role": "user", "content": "Weather in Paris?"}],

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from tests.test_robustness import JSON_LIKE, MODEL_TEXT, REQUEST_TOOLS, _holds
 
+from .cases import id_chunks
+
 ENGINE_SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -33,18 +35,6 @@ def _needs(engine: str) -> None:
         pytest.skip(
             f"{engine} is not installed: scripts/integration_env.sh {engine} builds a venv with it"
         )
-
-
-def _chunks(ids: list[int], sizes: list[int]) -> list[list[int]]:
-    out, at = [], 0
-    for size in sizes:
-        if at >= len(ids):
-            break
-        out.append(ids[at : at + size])
-        at += size
-    if at < len(ids):
-        out.append(ids[at:])
-    return out
 
 
 # -- vLLM ------------------------------------------------------------------------------------------
@@ -102,7 +92,7 @@ def test_vllm_parsers(vllm_tokenizer, text, tools, kwargs, sizes) -> None:
     streaming = parser_cls(
         tokenizer, request.tools, chat_template_kwargs=request.chat_template_kwargs
     )
-    chunks = _chunks(ids, sizes)
+    chunks = id_chunks(ids, sizes)
     for n, chunk in enumerate(chunks):
         last = n == len(chunks) - 1
         _holds(

@@ -23,7 +23,7 @@ pytest.importorskip(
 import qwen_encode as qe
 from qwen_encode.integrations._common import TokenizerMarkers
 
-from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts
+from .cases import ALL, REALISTIC, TOOLS, UNTERMINATED, Case, cuts, id_chunks
 
 ROOT = Path(__file__).resolve().parents[2]
 Reading = tuple[str | None, str | None, list[tuple[str, dict[str, Any]]]]
@@ -94,14 +94,7 @@ def stream(parser_cls: Any, tokenizer: Any, case: Case, sizes: list[int] | None 
     parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=request.chat_template_kwargs)
     ids = tokenizer.encode(case.text, add_special_tokens=False)
     prompt = _prompt(tokenizer, case.thinking)
-    chunks, at = [], 0
-    for size in sizes or [1] * len(ids):
-        if at >= len(ids):
-            break
-        chunks.append(ids[at : at + size])
-        at += size
-    if at < len(ids):
-        chunks.append(ids[at:])
+    chunks = id_chunks(ids, sizes)
     reasoning, content = [], []
     names: dict[int, str] = {}
     arguments: dict[int, str] = {}
