@@ -351,6 +351,12 @@ class Encoder:
     ):
         # PromptError (a ValueError) like every other argument check, so one except clause
         # catches every refusal of the library.
+        if not isinstance(vocabulary, Vocabulary):
+            raise PromptError(
+                f"expected a Vocabulary (load_vocabulary), got {type(vocabulary).__name__}; "
+                "Encoder.from_pretrained takes a checkpoint path",
+                field="vocabulary",
+            )
         if not isinstance(markers_in_text, str) or markers_in_text not in _MODES:
             raise PromptError(
                 f"must be one of {_MODES}, got {shown(markers_in_text)}", field="markers_in_text"
@@ -871,7 +877,8 @@ class Encoder:
                 message_index=turn if turn >= 0 else None,
                 field="marker",
             )
-        raise PromptError(f"expected Text or Special segments, got {text}", field="prompt.segments")
+        # A _RUN_BAD run: its text is the reason, its turn the segment's position (prompt._bad_seg).
+        raise PromptError(text, field=f"prompt.segments[{turn}]")
 
     def _lay_out_runs(
         self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch, check_text: bool

@@ -214,6 +214,11 @@ def serialize_tool_signatures(tools: Sequence[Mapping[str, Any] | str] | str) ->
 
 def tools_section(signatures: str) -> str:
     """The whole tools block of the system turn, verbatim (without the system turn's markers)."""
+    if not isinstance(signatures, str):
+        raise PromptError(
+            f"expected the text of serialize_tool_signatures, got {type(signatures).__name__}",
+            field="signatures",
+        )
     if not signatures:
         raise PromptError(
             "the template renders a tools block only for a non-empty tools list", field="tools"
@@ -936,6 +941,7 @@ def plan_prompt(
     it and, with ``preserve_thinking=False``, the ``keep_reasoning`` of the turns since the last
     real query when it is a new one (each turn flips once: amortised constant).
     ``unchanged`` tells how many leading layouts are ``previous``'s."""
+    _check_plan_arguments(turns, previous)
     head, layouts, tail, last_query, unchanged = _plan(
         turns,
         tools,
@@ -955,6 +961,28 @@ def plan_prompt(
         last_query=last_query,
         unchanged=unchanged,
     )
+
+
+def _check_plan_arguments(turns: Sequence[Turn], previous: PromptPlan | None) -> None:
+    """``plan_prompt`` takes ``Turn`` values (``format_prompt`` reads message dicts). Only the
+    turns past ``previous`` are checked: those before it were when it was planned, and a chat
+    session's planning must cost what its new turns cost."""
+    if isinstance(turns, str | bytes | Mapping) or not isinstance(turns, Sequence):
+        raise PromptError(
+            f"expected a sequence of Turn values, got {type(turns).__name__}", field="turns"
+        )
+    if previous is not None and not isinstance(previous, PromptPlan):
+        raise PromptError(
+            f"expected a PromptPlan or None, got {type(previous).__name__}", field="previous"
+        )
+    known = len(previous.layouts) if previous is not None else 0
+    for index in range(known if known <= len(turns) else 0, len(turns)):
+        if not isinstance(turns[index], Turn):
+            raise PromptError(
+                f"expected a Turn, got {type(turns[index]).__name__} (turns_from_messages reads "
+                "message dicts)",
+                message_index=index,
+            )
 
 
 def _plan(
@@ -1103,6 +1131,16 @@ def render_turn(
 ) -> tuple[Segment, ...]:
     """The segments of one turn in its conversation (a leading system message renders in the
     plan's head, so nothing here)."""
+    if not isinstance(turn, Turn):
+        raise PromptError(f"expected a Turn, got {type(turn).__name__}", field="turn")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise PromptError(f"must be an integer, got {shown(index)}", field="index")
+    if not isinstance(layout, TurnLayout):
+        raise PromptError(
+            f"expected a TurnLayout (from plan_prompt), got {type(layout).__name__}", field="layout"
+        )
+    if not isinstance(add_vision_id, bool):
+        raise PromptError(f"must be a bool, got {shown(add_vision_id)}", field="add_vision_id")
     b = _Builder()
     _render_into(b, turn, index, layout, add_vision_id)
     return tuple(map(_segment_of, b.segs))
