@@ -719,7 +719,7 @@ class Encoder:
                     self._remember(
                         texts[slot], encoded if encoded.base is None else np.array(encoded)
                     )
-        return runs  # type: ignore[return-value]
+        return runs  # type: ignore[return-value]  # every slot was filled above
 
     @staticmethod
     def _small(texts: list[str], slots: list[int]) -> bool:
