@@ -105,14 +105,16 @@ class FastokensEngine:
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
             return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-        flat, offsets = self.tokenizer.encode_batch_flat(list(texts))  # type: ignore[attr-defined]
+        # fastokens ships no type information: its tokenizer is held as an object.
+        flat, offsets = self.tokenizer.encode_batch_flat(list(texts))  # type: ignore[attr-defined]  # untyped
         # IDs are below 2**31 (vocabularies of a few 100k), so the uint32 buffer reads as int32
         # without a copy.
         ids = np.frombuffer(flat, dtype=np.int32)
         return ids, np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
 
     def encode_ordinary(self, text: str) -> np.ndarray:
-        return np.asarray(self.tokenizer.encode_ordinary(text).ids, dtype=np.int32)  # type: ignore[attr-defined]
+        ids = self.tokenizer.encode_ordinary(text).ids  # type: ignore[attr-defined]  # untyped, as above
+        return np.asarray(ids, dtype=np.int32)
 
 
 def _joined(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -193,7 +195,8 @@ def load_fastokens(
     try:
         from importlib import metadata  # ~20 ms: only when fastokens is wanted
 
-        import fastokens  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        # Untyped where installed, absent elsewhere: either ignore may be the one that applies.
+        import fastokens  # type: ignore[import-untyped, import-not-found, unused-ignore]  # see above
 
         version = metadata.version("fastokens")
         engine = FastokensEngine(fastokens.Tokenizer.from_file(str(tokenizer_json)))
