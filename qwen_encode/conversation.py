@@ -209,7 +209,7 @@ def _checked_content(content: Any) -> Content:
     elif content is not None and not isinstance(content, str):
         # Template: render_content raises this for anything but a string, a list or none.
         raise PromptError("Unexpected content type.", field="content")
-    return content  # type: ignore[no-any-return]
+    return content  # type: ignore[no-any-return]  # checked above: str, tuple of blocks or None
 
 
 def _checked_calls(calls: Any) -> tuple[ToolCall, ...]:
@@ -315,7 +315,7 @@ def _plain_turn(message: Any) -> Turn | None:
         plain = [_plain_call(call) for call in given]
         if None in plain:
             return None
-        calls = tuple(plain)  # type: ignore[arg-type]
+        calls = tuple(plain)  # type: ignore[arg-type]  # no None left: refused just above
     elif given is not None and type(given) is not list:
         return None
     call_id, name = get("tool_call_id"), get("name")

@@ -6,13 +6,13 @@ encoder lays out, joined where they are rendered). ``protocol`` renders conversa
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, TypeAlias
 
 from . import markers as mk
 from .conversation import surrogate_problem
-from .errors import PromptError
+from .errors import PromptError, shown
 
 __all__ = ["Prompt", "Segment", "Special", "Text"]
 
@@ -61,7 +61,8 @@ Segment: TypeAlias = Special | Text
 # prompts alive, and full collections traversing ~20 marker tuples per prompt took more time
 # than rendering them.
 _MARKER: Any = "".join(["\x00", "marker"])
-# ``field`` of an object in a hand-made prompt that is no segment (``text`` names its type).
+# ``field`` of an object in a hand-made prompt that is no segment, or a segment with wrong-typed
+# fields (``text`` says what is wrong, ``turn`` is its position in the prompt's segments).
 _BAD: Any = "".join(["\x00", "bad"])
 _Seg: TypeAlias = tuple[str, int, bool, Any]
 # What the encoder lays out, made where the segments are made: one tuple per marker or text run
@@ -112,13 +113,43 @@ def _runs_of(segs: Sequence[_Seg]) -> list[_Run]:
 
 
 def _seg_of(segment: Any) -> _Seg | None:
-    """A public segment as a compact tuple; None for anything else."""
+    """A public segment as a compact tuple; None for anything else, and for a segment whose
+    fields have the wrong types (a hand-made ``Text([1])`` would reach the engine)."""
     kind = type(segment)
     if kind is Text:
-        return (segment.text, segment.turn, segment.trained, segment.field)
+        text, turn, trained, field = segment.text, segment.turn, segment.trained, segment.field
+        if (
+            isinstance(text, str)
+            and type(turn) is int
+            and type(trained) is bool
+            and (field is None or isinstance(field, str))
+        ):
+            return (text, turn, trained, field)
+        return None
     if kind is Special:
-        return (segment.marker, segment.turn, segment.trained, _MARKER)
+        marker, turn, trained = segment.marker, segment.turn, segment.trained
+        if isinstance(marker, str) and type(turn) is int and type(trained) is bool:
+            return (marker, turn, trained, _MARKER)
     return None
+
+
+def _bad_seg(position: int, segment: Any) -> _Seg:
+    """What stands for a hand-made segment ``_seg_of`` refused: a ``_BAD`` tuple whose text is
+    the reason and whose turn is the segment's position (the encoder names both)."""
+    kind = type(segment)
+    if kind is not Text and kind is not Special:
+        return (f"expected Text or Special segments, got {kind.__name__}", position, False, _BAD)
+    first = "marker" if kind is Special else "text"
+    value = {name: getattr(segment, name, None) for name in (first, "turn", "trained", "field")}
+    checks = (
+        (first, "a str", isinstance(value[first], str)),
+        ("turn", "an int", type(value["turn"]) is int),
+        ("trained", "a bool", type(value["trained"]) is bool),
+        ("field", "a str or None", value["field"] is None or isinstance(value["field"], str)),
+    )
+    name, what = next((name, what) for name, what, good in checks if not good)
+    reason = f"{kind.__name__}.{name} must be {what}, got {shown(value[name])}"
+    return (reason, position, False, _BAD)
 
 
 def _segment_of(seg: _Seg) -> Segment:
@@ -141,6 +172,13 @@ class Prompt:
     _text: str | None
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
+        if type(segments) is not tuple:
+            if isinstance(segments, str | bytes | Mapping) or not isinstance(segments, Iterable):
+                raise PromptError(
+                    f"expected a tuple of Text and Special segments, got {shown(segments)}",
+                    field="segments",
+                )
+            segments = tuple(segments)
         object.__setattr__(self, "_segments", segments)
         object.__setattr__(self, "_segs", None)
         object.__setattr__(self, "_runs", None)
@@ -185,7 +223,9 @@ class Prompt:
         segs = self._segs
         if segs is None:
             assert self._segments is not None
-            segs = [_seg_of(s) or (type(s).__name__, -1, False, _BAD) for s in self._segments]
+            segs = [
+                _seg_of(s) or _bad_seg(position, s) for position, s in enumerate(self._segments)
+            ]
             object.__setattr__(self, "_segs", segs)
         return segs
 

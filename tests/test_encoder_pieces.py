@@ -1,8 +1,8 @@
 """Very long text runs are encoded in pieces cut where the pre-tokenizer provably ends a pre-token
-(see ``encoder._SAFE_CUT``: after a newline that indentation and a non-space follow, or between a
-letter or number and a space or punctuation). One 50 MB message took 111 s and 9.4 GB on the
-tokenizers engine uncut. The cut must never change an ID: checked here for every character each
-rule admits, and cut against uncut encoding on generated text, in every marker mode, on both
+(see ``encoder_pieces._SAFE_CUT``: after a newline that indentation and a non-space follow, or
+between a letter or number and a space or punctuation). One 50 MB message took 111 s and 9.4 GB on
+the tokenizers engine uncut. The cut must never change an ID: checked here for every character
+each rule admits, and cut against uncut encoding on generated text, in every marker mode, on both
 engines and on runs that cross turns."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 import qwen_encode as qe
-from qwen_encode import encoder as encoder_module
+from qwen_encode import encoder_pieces
 from tests.conftest import QWEN3, QWEN38, ROOT
 
 VOCABULARIES = [ROOT / "fixtures" / "qwen3.8-tiny", QWEN38, QWEN3]
@@ -63,14 +63,14 @@ def _admitted(pattern: str) -> list[str]:
 def test_every_character_after_a_newline_the_cut_admits_keeps_the_ids(folder) -> None:
     """Rule 1: after a "\n" that spaces or tabs and then any non-space follow."""
     tokenizer = _tokenizer(folder)
-    assert encoder_module._cuttable(
+    assert encoder_pieces._cuttable(
         tokenizer, [t.content for t in tokenizer.get_added_tokens_decoder().values()]
     )
     chars = _admitted(r"[^\s]")
     assert len(chars) > 150_000
     for before, indent in (("é\u0301 \r\n", ""), ("x.\n\n", "  \t ")):
         text = before + "\n" + indent + "c"
-        assert [m.end() for m in encoder_module._SAFE_CUT.finditer(text)][-1] == len(before) + 1
+        assert [m.end() for m in encoder_pieces._SAFE_CUT.finditer(text)][-1] == len(before) + 1
         tails = [f"{indent}{c}b\u0301 c" for c in chars]
         head = _ids(tokenizer, [before + "\n"])
         bad = _cut_matches_uncut(tokenizer, [before + "\n"] * len(chars), tails, head * len(chars))
@@ -87,15 +87,15 @@ def test_every_letter_or_number_the_cut_admits_keeps_the_ids(folder) -> None:
     heads = [f"x\u0301 a.{c}" for c in letters]
     first = _ids(tokenizer, heads)
     for after in (" ", '"'):
-        assert encoder_module._SAFE_CUT.search("xa" + after)
+        assert encoder_pieces._SAFE_CUT.search("xa" + after)
         tails = [f"{after}b\u0301{after}'s 1" for _ in letters]
         bad = _cut_matches_uncut(tokenizer, heads, tails, first)
         assert bad == [], [hex(ord(letters[i])) for i in bad[:20]]
     samples = ["a", "Z", "é", "ß", "я", "数", "ا", "क", "1", "٣", "²", "Ⅻ", "ǅ"]
     heads, tails = [], []
-    for after in encoder_module._CUT_BEFORE:
+    for after in encoder_pieces._CUT_BEFORE:
         for c in samples:
-            assert encoder_module._SAFE_CUT.search("x" + c + after).end() == 2
+            assert encoder_pieces._SAFE_CUT.search("x" + c + after).end() == 2
             for tail in ("s", "'ll", "  x", "\n\n y", after * 3 + "é", "ab" + after):
                 heads.append(f"<|im_end|>{c}")
                 tails.append(after + tail)
@@ -107,26 +107,26 @@ def test_no_cut_inside_what_the_rules_exclude() -> None:
     """Points the rules leave alone: inside a letter run, after punctuation (its run may take a
     following letter as ``"a``), between newlines, before a character an added token holds."""
     for text in ("abc", '{"a', "\n\nb", "\n \nb", "a<", "a/", "a|", "a_", "a>", "a\u0301", "\n "):
-        cuts = [m.end() for m in encoder_module._SAFE_CUT.finditer(text)]
+        cuts = [m.end() for m in encoder_pieces._SAFE_CUT.finditer(text)]
         assert 1 not in cuts and 2 not in cuts[:-1], (text, cuts)
-    assert [m.end() for m in encoder_module._SAFE_CUT.finditer('{"a\n\n \nb')] == [3, 7]
+    assert [m.end() for m in encoder_pieces._SAFE_CUT.finditer('{"a\n\n \nb')] == [3, 7]
 
 
 def test_other_pre_tokenizers_are_never_cut() -> None:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    assert not encoder_module._cuttable(tokenizer, [])
+    assert not encoder_pieces._cuttable(tokenizer, [])
     real = _tokenizer(ROOT / "fixtures" / "qwen3.8-tiny")
-    assert not encoder_module._cuttable(real, ["line\nbreak"])  # an added token holding "\n"
-    assert not encoder_module._cuttable(real, ["<a,b>"])  # ... or a character cut before
+    assert not encoder_pieces._cuttable(real, ["line\nbreak"])  # an added token holding "\n"
+    assert not encoder_pieces._cuttable(real, ["<a,b>"])  # ... or a character cut before
 
 
 def test_pieces_join_back_and_respect_the_size() -> None:
     text = ("word " * 30 + "\n") * 5000 + "/|" * 100_000
-    pieces = encoder_module._pieces(text)
+    pieces = encoder_pieces._pieces(text)
     assert "".join(pieces) == text
     assert len(pieces) > 10
-    assert all(len(p) >= encoder_module._PIECE_CHARS for p in pieces[:-1])
+    assert all(len(p) >= encoder_pieces._PIECE_CHARS for p in pieces[:-1])
     assert all(p.endswith(("\n", "d")) for p in pieces[:-1])
     assert len(pieces[-1]) > 200_000  # no safe point in "/|/|...": it stays whole
 
@@ -141,9 +141,9 @@ def test_pieces_join_back_and_respect_the_size() -> None:
     ids=["indented-code", "one-line", "minified-json"],
 )
 def test_texts_the_newline_rule_could_not_cut_are_cut(text: str) -> None:
-    pieces = encoder_module._pieces(text)
+    pieces = encoder_pieces._pieces(text)
     assert "".join(pieces) == text
-    assert len(pieces) >= len(text) // (3 * encoder_module._PIECE_CHARS)
+    assert len(pieces) >= len(text) // (3 * encoder_pieces._PIECE_CHARS)
 
 
 LINE = st.text(
@@ -177,7 +177,7 @@ def encoders(vocabulary_folder) -> dict[str, tuple[qe.Encoder, qe.Encoder]]:
 @given(st.lists(LINE, min_size=20, max_size=120), st.sampled_from(["literal", "atomic"]))
 def test_cut_encoding_equals_uncut(encoders, monkeypatch, lines, mode) -> None:
     text = "".join(lines)
-    monkeypatch.setattr(encoder_module, "_PIECE_CHARS", 4)  # cut at nearly every safe point
+    monkeypatch.setattr(encoder_pieces, "_PIECE_CHARS", 4)  # cut at nearly every safe point
     cut, whole = encoders[mode]
     conversations = [
         [{"role": "user", "content": text}],

@@ -107,9 +107,9 @@ def test_auto_stays_on_tokenizers_for_small_work(qwen38_dir: Path) -> None:
 
 
 def test_auto_brings_fastokens_up_once_enough_work_was_done(qwen38_dir: Path, monkeypatch) -> None:
-    from qwen_encode import encoder as encoder_module
+    from qwen_encode import encoder_runs
 
-    monkeypatch.setattr(encoder_module, "_AUTO_FASTOKENS_CHARS", 2_000)
+    monkeypatch.setattr(encoder_runs, "_AUTO_FASTOKENS_CHARS", 2_000)
     encoder = qe.Encoder.from_pretrained(qwen38_dir)
     messages = [{"role": "user", "content": "word " * 100}]
     first = encoder.encode_messages(messages)

@@ -750,6 +750,7 @@ def test_prompt_is_a_value_over_its_segments() -> None:
 
 def test_render_cache_keeps_repeated_system_turns_bounded_and_observable() -> None:
     from qwen_encode import protocol
+    from qwen_encode.protocol_cache import _RENDER_CACHE
 
     tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
@@ -762,13 +763,13 @@ def test_render_cache_keeps_repeated_system_turns_bounded_and_observable() -> No
     # The system turn's run is one string object, so the encoder hashes it once.
     assert first._layout()[1][1] is second._layout()[1][1]
     # A different system text is another entry; the limit holds.
-    saved = protocol._RENDER_CACHE.limit
+    saved = _RENDER_CACHE.limit
     try:
-        protocol._RENDER_CACHE.limit = 6000
+        _RENDER_CACHE.limit = 6000
         for n in range(20):
             qe.format_prompt([{"role": "system", "content": f"s{n}"}, messages[1]], tools=tools)
         info = qe.protocol.render_cache_info()
         assert 0 < info["bytes"] <= 6000 and info["entries"] < 20
     finally:
-        protocol._RENDER_CACHE.limit = saved
+        _RENDER_CACHE.limit = saved
         protocol.clear_render_cache()

@@ -922,41 +922,60 @@ def test_encoder_arguments(tiny, ids, side, errors) -> None:
     _holds(lambda: tiny.encode_batch([], errors=errors))
 
 
-# Bugs in the protocol, prompt and encoder modules, reported to their owner rather than fixed here;
-# each case must keep failing until it is fixed (strict), then the mark goes.
+# Wrong-typed arguments of the prompt-building and encoding entry points: each once raised
+# TypeError, AttributeError or ValueError from deep inside instead of naming the argument.
 HI = {"role": "user", "content": "hi"}
-_OWNED_ELSEWHERE = [
-    ("plan_prompt with a number for turns", lambda e: qe.plan_prompt(5)),
-    ("plan_prompt with a string in turns", lambda e: qe.plan_prompt(["x"])),
+_WRONG_TYPES = [  # (case, call, where the error must say the problem is)
+    ("plan_prompt with a number for turns", lambda e: qe.plan_prompt(5), "turns"),
+    ("plan_prompt with a string in turns", lambda e: qe.plan_prompt(["x"]), "messages[0]"),
     (
         "plan_prompt with previous that is no plan",
-        lambda e: qe.plan_prompt(
-            qe.turns_from_messages([{"role": "user", "content": "hi"}]), previous=5
-        ),
+        lambda e: qe.plan_prompt(qe.turns_from_messages([HI]), previous=5),
+        "previous",
     ),
     (
         "render_turn with a layout that is no layout",
         lambda e: qe.render_turn(qe.turns_from_messages([{"role": "user"}])[0], 0, 5),
+        "layout",
     ),
     (
         "render_turn with a number for the turn",
         lambda e: qe.render_turn(5, 0, qe.plan_prompt(qe.turns_from_messages([HI])).layouts[0]),
+        "turn",
     ),
-    ("tools_section with a 5000-digit integer", lambda e: qe.tools_section(10**5000)),
-    ("encode of Prompt(5)", lambda e: e.encode(qe.Prompt(5))),
-    ("encode of a Text holding a list", lambda e: e.encode(qe.Prompt((qe.Text([1]),)))),
-    ("encode of a Special holding a list", lambda e: e.encode(qe.Prompt((qe.Special([1]),)))),
-    ("Encoder with no Vocabulary", lambda e: qe.Encoder(5)),
+    (
+        "tools_section with a 5000-digit integer",
+        lambda e: qe.tools_section(10**5000),
+        "signatures",
+    ),
+    ("encode of Prompt(5)", lambda e: e.encode(qe.Prompt(5)), "segments"),
+    (
+        "encode of a Text holding a list",
+        lambda e: e.encode(qe.Prompt((qe.Special("<|im_start|>"), qe.Text([1])))),
+        "prompt.segments[1]",
+    ),
+    (
+        "encode of a Special holding a list",
+        lambda e: e.encode(qe.Prompt((qe.Special([1]),))),
+        "prompt.segments[0]",
+    ),
+    (
+        "encode of a Text with a string for its turn",
+        lambda e: e.encode(qe.Prompt((qe.Text("hi", turn="0"),))),
+        "prompt.segments[0]",
+    ),
+    ("Encoder with no Vocabulary", lambda e: qe.Encoder(5), "vocabulary"),
 ]
 
 
 @pytest.mark.parametrize(
-    "call", [case for _, case in _OWNED_ELSEWHERE], ids=[name for name, _ in _OWNED_ELSEWHERE]
+    ("call", "where"),
+    [(call, where) for _, call, where in _WRONG_TYPES],
+    ids=[name for name, _, _ in _WRONG_TYPES],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol.py/prompt.py/encoder.py raise TypeError/AttributeError/ValueError for it "
-    "(the speed developer's files: reported with this reproduction, not fixed here)",
-)
-def test_entry_points_owned_elsewhere(tiny, call) -> None:
-    _holds(lambda: call(tiny))
+def test_wrong_typed_arguments_of_prompt_and_encoder_entry_points_raise_typed_errors(
+    tiny, call, where
+) -> None:
+    error = _holds(lambda: call(tiny))
+    assert isinstance(error, qe.PromptError)
+    assert str(error).startswith(f"{where}: "), str(error)

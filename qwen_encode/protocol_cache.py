@@ -1,0 +1,148 @@
+"""The render cache: rendered system turns (tools block, reasoning instruction, system prompt)
+and generation primers, kept in compact form (``_Fragment``) so that what a data set repeats in
+every row is rendered once, and is the same string object every time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from . import markers as mk
+from .conversation import Turn
+from .prompt import Segment, _Builder, _runs_of, _Seg, _segment_of
+from .protocol_turns import _system_segments
+
+__all__ = ["clear_render_cache", "render_cache_info"]
+
+
+class _Fragment:
+    """A rendered part of a prompt (a system turn, the primer) in compact form: its segments, its
+    runs, and the public segments once asked for."""
+
+    __slots__ = ("runs", "segments_", "segs", "size")
+
+    def __init__(self, segs: list[_Seg]) -> None:
+        self.segs = tuple(segs)
+        self.runs = tuple(_runs_of(segs))
+        self.segments_: tuple[Segment, ...] | None = None
+        # Characters of the segments and of the runs joined from them, and ~64 bytes of tuple
+        # per segment and run: bytes, roughly (ASCII text; wider text counts low).
+        self.size = sum(len(run[1]) + 64 for run in self.runs) + sum(
+            len(seg[0]) + 64 for seg in segs
+        )
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        if self.segments_ is None:
+            self.segments_ = tuple(map(_segment_of, self.segs))
+        return self.segments_
+
+
+class _RenderCache:
+    """Rendered system turns (tools block, reasoning instruction, system prompt) and primers,
+    keyed by everything they render from, least recently used out first, bounded in bytes of
+    text. What a data set repeats in every row is rendered once and is the same string object
+    every time, so the encoder's run cache finds it by a hash computed once."""
+
+    def __init__(self, limit: int) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], _Fragment] = OrderedDict()
+        self._lock = threading.Lock()  # format_prompt is called from a server's threads
+        self._bytes = 0
+        self.limit = limit
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...]) -> _Fragment | None:
+        with self._lock:
+            fragment = self._entries.get(key)
+            if fragment is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._entries.move_to_end(key)
+            return fragment
+
+    def put(self, key: tuple[Any, ...], fragment: _Fragment) -> None:
+        cost = fragment.size + sum(len(k) if isinstance(k, str) else 0 for k in key)
+        with self._lock:
+            if key in self._entries or cost > self.limit:
+                return
+            self._entries[key] = fragment
+            self._bytes += cost
+            while self._bytes > self.limit:
+                old_key, old = self._entries.popitem(last=False)
+                self._bytes -= old.size + sum(len(k) if isinstance(k, str) else 0 for k in old_key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+    def info(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "entries": len(self._entries),
+                "bytes": self._bytes,
+                "limit": self.limit,
+                "hits": self.hits,
+                "misses": self.misses,
+            }
+
+
+_RENDER_CACHE = _RenderCache(16 << 20)
+
+
+def render_cache_info() -> dict[str, int]:
+    """Entries, bytes (of text, roughly) and limit of the cache of rendered system turns and
+    primers, and its hits and misses since it was last cleared."""
+    return _RENDER_CACHE.info()
+
+
+def clear_render_cache() -> None:
+    """Forget the rendered system turns and primers (and the hit counts)."""
+    _RENDER_CACHE.clear()
+
+
+def _head_fragment(
+    system: Turn | None, instruction: str, tool_lines: list[str], add_vision_id: bool
+) -> _Fragment:
+    """The system turn (template lines 55-91), from the cache when its inputs are plain text."""
+    content = None if system is None else system.content
+    if content is not None and not isinstance(content, str):
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        return _Fragment(builder.segs)
+    # The system turn's text and its owner (message 0, or none) are all it renders from.
+    key = ("head", system is not None, content, instruction, add_vision_id, *tool_lines)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        builder = _Builder()
+        _system_segments(builder, system, instruction, tool_lines, add_vision_id)
+        fragment = _Fragment(builder.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
+
+
+def _tail_fragment(add_generation_prompt: bool, continuing: bool, thinking: bool) -> _Fragment:
+    key = ("tail", add_generation_prompt, continuing, thinking)
+    fragment = _RENDER_CACHE.get(key)
+    if fragment is None:
+        tail = _Builder()
+        if add_generation_prompt and not continuing:
+            tail.special(mk.TURN_OPEN)
+            tail.text("assistant\n")
+            # The primer leaves the reasoning span open while thinking, and closes an empty one
+            # when thinking is off, so the model answers directly.
+            tail.special(mk.THINK_OPEN)
+            if thinking:
+                tail.text("\n")
+            else:
+                tail.text("\n\n")
+                tail.special(mk.THINK_CLOSE)
+                tail.text("\n\n")
+        fragment = _Fragment(tail.segs)
+        _RENDER_CACHE.put(key, fragment)
+    return fragment
