@@ -142,7 +142,9 @@ def check_token_id(token: Any, position: int, size: int | None) -> int:
     token ID: not a bool (numpy would read ``True`` as 1), not a float (``3.0`` would be
     truncated silently), from 0 to ``size - 1`` (tokenizers returns '' past the vocabulary and
     raises ``OverflowError`` for a negative ID)."""
-    if isinstance(token, bool) or type(token).__name__ in ("bool", "bool_"):  # numpy's too
+    if type(token) is int:  # the common case, checked first: the parser calls this per token
+        value: int | None = token
+    elif isinstance(token, bool) or type(token).__name__ in ("bool", "bool_"):  # numpy's too
         value = None
     else:
         try:
