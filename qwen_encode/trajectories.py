@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from .batch import error_parts
 from .errors import PromptError, QwenEncodeError, TokenIdError, shown
 from .json_text import JSONTextError, loads
 from .provenance import ASSISTANT, SAMPLED
@@ -217,6 +218,13 @@ def trajectory_rows(
                 raise _StepError("steps" if where is None else f"steps[{where}]", error) from None
         except _StepError as problem:
             out.append(_error_row(trajectory, problem.text()))
+            continue
+        except Exception as error:
+            # A bug met on this trajectory: answered in its place like any bad one (as the
+            # command line and the data functions answer a line or a row), so one trajectory
+            # never costs the others their rows.
+            kind, message = error_parts(error)
+            out.append(_error_row(trajectory, f"{kind}: {message}"))
             continue
         out.extend(_row(row, trajectory, i, len(steps)) for i, row in enumerate(rows))
     return out

@@ -118,6 +118,26 @@ def test_bad_steps_are_named(encoder, change, error) -> None:
     assert error in row["error"] and len(row["input_ids"]) == 0
 
 
+def test_a_bug_met_on_one_trajectory_leaves_the_others_their_rows(encoder, monkeypatch) -> None:
+    # A library bug (not a bad input) met on the second of three trajectories: it is answered in
+    # its place, named as unexpected, and the first and third still get their rows.
+    original = qe.ChatSession.append_sampled
+
+    def buggy(self, ids, *args, **kwargs):
+        if any(turn.content == "Find y." for turn in self.turns):
+            raise ZeroDivisionError("planted")
+        return original(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(qe.ChatSession, "append_sampled", buggy)
+    good = _trajectory(encoder)
+    bad = _trajectory(encoder)
+    bad["steps"][0] = {"role": "user", "content": "Find y."}
+    rows = data.trajectory_rows(encoder, [good, bad, good])
+    assert [row["error"] is None for row in rows] == [True, False, True]
+    assert rows[1]["error"].startswith("ZeroDivisionError: planted (unexpected ZeroDivisionError")
+    assert len(rows[0]["input_ids"]) == len(rows[2]["input_ids"]) > 0
+
+
 def test_template_change_in_rows(encoder) -> None:
     trajectory = _trajectory(encoder)
     trajectory["chat_template_kwargs"] = {"preserve_thinking": False}
