@@ -27,10 +27,10 @@ from tokenizers import Tokenizer
 
 from . import markers as mk
 from .checkpoint import TOKENIZER_JSON, CheckpointFiles, resolve_checkpoint
-from .encoder_assembly import _Assembly
 from .encoder_layout import _Batch
 from .encoder_pieces import _cuttable
 from .encoder_runs import _RUN_CACHE_BYTES
+from .encoder_whole import _Whole
 from .encoding import Encoding
 from .engines import Engine, TokenizersEngine
 from .errors import PromptError, TokenIdError, check_token_id, outside_vocabulary, shown
@@ -61,7 +61,7 @@ _CHAT_OPTIONS = frozenset(
 # The internals live in rooms of their own, inherited in this order: _Layout (encoder_layout) lays
 # prompts out as a batch of items, _Runs (encoder_runs) encodes and caches the run texts,
 # _Assembly (encoder_assembly) builds the arrays. This class is the public face and the state.
-class Encoder(_Assembly):
+class Encoder(_Whole):
     """Encodes ``Prompt`` values with one checkpoint's vocabulary.
 
     ``markers_in_text`` decides what happens to caller text that spells a control token
@@ -369,6 +369,41 @@ class Encoder(_Assembly):
     def _encode_prompts(
         self, prompts: list[Any], errors: str, *, check_text: bool
     ) -> list[Encoding | PromptError]:
+        if check_text or self.markers_in_text == "atomic" or not self._whole_ready:
+            encodings = self._encode_runs(prompts, errors, check_text=check_text)
+        else:
+            encodings = self._encode_mixed(prompts, errors)
+        for prompt, encoding in zip(prompts, encodings, strict=True):
+            if isinstance(encoding, Encoding):  # provenance from these, on first use
+                encoding.__dict__["_source"] = (prompt._segments, prompt._segs, self)
+        return encodings
+
+    def _encode_mixed(self, prompts: list[Any], errors: str) -> list[Encoding | PromptError]:
+        """Whole prompts in one engine call where that gives the same IDs (``encoder_whole``);
+        the others, and so every refusal, run by run, first (a refusal raises before any
+        engine work, and a refused prompt takes nothing from a system turn kept by this
+        batch)."""
+        rows, others = self._whole_rows(prompts)
+        encodings: list[Any] = [None] * len(prompts)
+        if others:
+            left = self._encode_runs([prompts[i] for i in others], errors, check_text=False)
+            for position, encoding in zip(others, left, strict=True):
+                encodings[position] = encoding
+        if rows.texts:
+            done, failed = self._whole_encode(rows)
+            for position, encoding in done.items():
+                encodings[position] = encoding
+            if failed:  # a guard that has never fired (see encoder_whole): the run-by-run IDs
+                again = self._encode_runs([prompts[i] for i in failed], errors, check_text=False)
+                for position, encoding in zip(failed, again, strict=True):
+                    encodings[position] = encoding
+        return encodings
+
+    def _encode_runs(
+        self, prompts: list[Any], errors: str, *, check_text: bool
+    ) -> list[Encoding | PromptError]:
+        """Prompts laid out run by run (``encoder_layout``): each distinct run encoded once,
+        runs met before taken from the run cache."""
         batch = _Batch()
         refused: dict[int, PromptError] = {}
         for position, prompt in enumerate(prompts):
@@ -385,9 +420,6 @@ class Encoder(_Assembly):
         encodings: list[Encoding | PromptError] = list(self._assemble(batch, runs))
         for position, error in refused.items():
             encodings[position] = error
-        for prompt, encoding in zip(prompts, encodings, strict=True):
-            if isinstance(encoding, Encoding):  # provenance from these, on first use
-                encoding.__dict__["_source"] = (prompt._segments, prompt._segs, self)
         return encodings
 
     def cache_info(self) -> dict[str, int]:

@@ -37,6 +37,13 @@ class _Runs(_Layout):
         if fast is not None:
             self._engine = fast
 
+    def _count_work(self, chars: int) -> None:
+        """Count ``chars`` of new text toward bringing fastokens up (``engine="auto"``)."""
+        with self._lock:
+            self._work += chars
+            if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
+                self._bring_up_fastokens()
+
     def _run_ids(self, batch: _Batch) -> list[np.ndarray]:
         """Each slot's IDs: from the run cache, or encoded now (all new text of the batch in one
         call of the engine's parallel batch API)."""
@@ -53,9 +60,7 @@ class _Runs(_Layout):
                 else:
                     runs[slot] = cached
                     self._cache.move_to_end(text)
-            self._work += sum(len(texts[slot]) for slot in todo)
-            if self._engine_wanted == "auto" and self._work >= _AUTO_FASTOKENS_CHARS:
-                self._bring_up_fastokens()
+        self._count_work(sum(len(texts[slot]) for slot in todo))
         literal = [slot for slot in todo if batch.literal[slot]]
         matched = [slot for slot in todo if not batch.literal[slot]] if literal else todo
         if self._engine is not self._reference and self._small(texts, matched):

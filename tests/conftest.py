@@ -15,6 +15,13 @@ QWEN38 = CHECKPOINTS / "qwen3.8-27b"
 QWEN3 = CHECKPOINTS / "qwen3"
 
 
+def runs_only(encoder):  # type: ignore[no-untyped-def]
+    """``encoder`` with its whole-prompt path off: every prompt laid out run by run, for the
+    tests of that path's own machinery (the run cache, encoding a request run by run)."""
+    encoder.__dict__["_whole_ready"] = False
+    return encoder
+
+
 def load_example(name: str) -> ModuleType:
     """``examples/NAME.py`` as a module: the examples are scripts, not a package, and the tests
     drive their functions as a user's code would."""

@@ -23,7 +23,7 @@ import pytest
 
 import qwen_encode as qe
 
-from .conftest import ROOT
+from .conftest import ROOT, runs_only
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e .[test]")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -389,10 +389,13 @@ def test_encoder_options_travel(tmp_path: Path) -> None:
 def test_the_run_cache_does_not_travel(encoder: qe.Encoder) -> None:
     fresh = qe.Encoder.from_pretrained(TINY, engine="tokenizers")
     before = len(pickle.dumps(fresh))
-    fresh.encode_batch([qe.format_prompt([{"role": "user", "content": "word " * 5000}])])
-    assert fresh.cache_info()["entries"] > 0
+    long = [{"role": "system", "content": "word " * 5000}, {"role": "user", "content": "hi"}]
+    fresh.encode_batch([qe.format_prompt(long)])  # the system turn's IDs are kept whole
+    runs_only(fresh).encode_batch([qe.format_prompt(long[1:])])  # the run cache fills
+    assert fresh.cache_info()["entries"] > 0 and fresh.cache_info()["head_entries"] > 0
     assert len(pickle.dumps(fresh)) == before
-    assert pickle.loads(pickle.dumps(fresh)).cache_info()["entries"] == 0
+    info = pickle.loads(pickle.dumps(fresh)).cache_info()
+    assert info["entries"] == info["head_entries"] == 0
 
 
 def test_a_hub_checkpoint_travels_as_its_id(tmp_path: Path) -> None:

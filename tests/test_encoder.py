@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import qwen_encode as qe
 from qwen_encode import markers as mk
-from tests.conftest import ROOT
+from tests.conftest import ROOT, runs_only
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +279,8 @@ def test_repeated_text_is_encoded_once(encoder: qe.Encoder, monkeypatch) -> None
     second = encoder.encode_messages([system, {"role": "user", "content": "two"}], tools=tools)
     assert any("shared system prompt" in t for t in sent_first)
     assert not any("shared system prompt" in t or "lookup" in t for t in sent)
-    assert sent == ["user\ntwo"]
+    # Only the new turn and the primer reach the engine (one call, markers and all).
+    assert sent == ["<|im_start|>user\ntwo<|im_end|>\n<|im_start|>assistant\n<think>\n"]
     uncached = qe.Encoder(encoder.vocabulary, cache_bytes=0)
     assert np.array_equal(
         uncached.encode_messages(
@@ -291,7 +292,7 @@ def test_repeated_text_is_encoded_once(encoder: qe.Encoder, monkeypatch) -> None
 
 
 def test_cache_stays_within_its_bound(encoder: qe.Encoder) -> None:
-    small = qe.Encoder(encoder.vocabulary, cache_bytes=4_000)
+    small = runs_only(qe.Encoder(encoder.vocabulary, cache_bytes=4_000))
     for i in range(50):
         small.encode_messages([{"role": "user", "content": f"message number {i} " * 5}])
         info = small.cache_info()

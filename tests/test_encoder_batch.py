@@ -15,6 +15,7 @@ import pytest
 
 import qwen_encode as qe
 from qwen_encode.protocol import Prompt, Special, Text
+from tests.conftest import runs_only
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,6 +151,7 @@ def test_a_short_request_encoded_run_by_run_gives_the_reference_ids(
     fast = qe.Encoder.from_pretrained(qwen38_dir, engine="fastokens", markers_in_text=mode)
     if fast.engine != "fastokens":
         pytest.skip("fastokens is not available here")
+    runs_only(fast)  # (the whole-prompt path sends a request in one call: test_encoder_whole)
     reference = qe.Encoder(fast.vocabulary, markers_in_text=mode, cache_bytes=0)
     batch_calls: list[int] = []
     engine_batch = fast._engine.encode_flat

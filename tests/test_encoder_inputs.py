@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import qwen_encode as qe
-from tests.conftest import ROOT
+from tests.conftest import ROOT, runs_only
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def _cache_sum(encoder: qe.Encoder) -> int:
 def test_two_threads_missing_the_same_text_count_it_once(tiny: qe.Encoder) -> None:
     # Both threads must be inside the engine at once (both missed the cache) before either
     # stores: a barrier in the engine makes that interleaving certain.
-    encoder = qe.Encoder(tiny.vocabulary, engine="tokenizers", cache_bytes=1 << 20)
+    encoder = runs_only(qe.Encoder(tiny.vocabulary, engine="tokenizers", cache_bytes=1 << 20))
     barrier = threading.Barrier(2, timeout=30)
     original = encoder._engine.encode_flat
 

@@ -1,0 +1,451 @@
+"""Encoding whole prompts: every prompt's text, markers included, in one engine call for the
+batch, each token's owner (turn, trained) read from where the markers' IDs fall among the IDs.
+
+The engine splits a text at the added tokens it spells and encodes each piece between them on
+its own, exactly as the run-by-run path encodes each run (the pieces are the runs). So the IDs
+are the same whenever the markers the protocol wrote are the only added tokens the text spells:
+no caller run spells one (checked per prompt, as the run-by-run path checks each run), and no
+added token can be spelled across a marker's edge (checked once per vocabulary,
+``_separable``). Then the k-th added-token ID of a prompt's IDs is its k-th marker, and the IDs
+between two markers are the text run between them: ownership needs no per-run Python object,
+no per-run array and no engine call per run, which were most of a short row's cost.
+
+Prompts this does not cover (``markers_in_text="atomic"``, a run spelling a marker, a hand-made
+prompt not starting on a marker, a text too long to encode whole, ...) take the run-by-run path
+(``encoder_layout``), which also raises every refusal; so does a prompt whose IDs fail the check
+that its added tokens are exactly its markers (never seen; a guard, not a path).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from functools import cached_property
+from itertools import compress, pairwise
+from operator import itemgetter, not_
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from .encoder_assembly import _Assembly
+from .encoder_pieces import _cut_length
+from .encoding import Encoding
+from .prompt import _RUN_BAD, _RUN_MARKER, Prompt
+
+_KIND = itemgetter(0)
+
+
+class _Rows:
+    """The prompts of a batch encoded whole: each one's text, and per run of all of them (one
+    list for the batch) its owner; per marker its run and expected ID."""
+
+    __slots__ = (
+        "crossing",
+        "dropped",
+        "expected",
+        "first_runs",
+        "firsts",
+        "head_runs",
+        "heads",
+        "known",
+        "marker_runs",
+        "new_heads",
+        "positions",
+        "runs",
+        "texts",
+        "trained",
+        "turn",
+    )
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []  # each row's prompt position in the batch
+        self.texts: list[str] = []  # each row's text after its kept head (the engine's input)
+        # Per row: None (no head left out), the head's IDs, or the key of a head whose IDs the
+        # row that first met it in this batch yields (it is encoded whole: see new_heads).
+        self.heads: list[Any] = []
+        self.first_runs: list[int] = []  # each row's first run (its head's, if left out)
+        self.head_runs: list[int] = []  # the run standing for each head left out
+        self.known: dict[tuple[Any, ...], np.ndarray] = {}  # heads found kept, this batch
+        # Heads first met in this batch: the row that encodes each whole, and its markers.
+        self.new_heads: dict[tuple[Any, ...], tuple[int, int]] = {}
+        self.firsts: list[int] = []  # each row's first marker, counted over the batch
+        self.expected: list[int] = []  # every marker's ID, in order
+        self.marker_runs: list[int] = []  # every marker's run, counted over the batch
+        self.turn: list[int] = []  # every run's owner
+        self.trained: list[bool] = []
+        # Runs whose owner changes inside them: (run, row, UTF-8 length, where the parts after
+        # the first start, in bytes, and their (turn, trained)).
+        self.crossing: list[_Crossing] = []
+        self.runs = 0
+        self.dropped: list[int] = []  # positions of rows dropped after a bad one (_truncate)
+
+
+_Crossing: TypeAlias = tuple[int, int, int, tuple[int, ...], tuple[tuple[int, bool], ...]]
+
+
+class _Whole(_Assembly):
+    """The encoder's whole-prompt path (``Encoder`` inherits it)."""
+
+    @cached_property
+    def _whole_ready(self) -> bool:
+        """Whether this vocabulary lets a prompt be encoded whole (see the module's doc)."""
+        decoder = self._tokenizer.get_added_tokens_decoder().values()
+        if any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in decoder):
+            return False  # the engine would strip or match differently at a marker's edge
+        return _separable(list(self._added_ids))
+
+    @cached_property
+    def _added_floor(self) -> int | None:
+        """The lowest added token's ID when every token at or above it is an added token (Qwen
+        numbers its added tokens after the base vocabulary): then one comparison finds them
+        among IDs, ten times cheaper than looking each up. None otherwise. Even if this were
+        wrong, a base token taken for an added one would fail the markers' check and send
+        its prompt run by run: never wrong IDs."""
+        floor = min(self._added_ids.values(), default=None)
+        model = self._tokenizer.model
+        base = self._tokenizer.get_vocab_size(with_added_tokens=False)
+        if floor is None or base > floor:
+            return None
+        if base and (model.id_to_token(base - 1) is None or model.id_to_token(base) is not None):
+            return None  # the base vocabulary is not numbered 0..n-1
+        return floor
+
+    def _added_at(self, ids: np.ndarray) -> np.ndarray:
+        """Where the added tokens are among ``ids``."""
+        floor = self._added_floor
+        found: np.ndarray = (ids >= floor) if floor is not None else self._added_mask[ids]
+        return found.nonzero()[0]
+
+    @cached_property
+    def _added_mask(self) -> np.ndarray:
+        """True at every added token's ID."""
+        size = max(
+            self._tokenizer.get_vocab_size(with_added_tokens=True),
+            1 + max(self._added_ids.values(), default=0),
+        )
+        mask = np.zeros(size, dtype=bool)
+        mask[list(self._added_ids.values())] = True
+        return mask
+
+    def _whole_rows(self, prompts: Sequence[Any]) -> tuple[_Rows, list[int]]:
+        """The prompts this path takes, laid out, and the positions of the others."""
+        rows = _Rows()
+        others = [
+            position
+            for position, prompt in enumerate(prompts)
+            if not self._lay_out_whole(prompt, position, rows)
+        ]
+        return rows, others
+
+    def _whole_encode(self, rows: _Rows) -> tuple[dict[int, Encoding], list[int]]:
+        """The rows' encodings by position, and the positions of rows to encode run by run
+        after all (see ``_whole_arrays``)."""
+        self._count_work(sum(map(len, rows.texts)))
+        ids, bounds = self._engine.encode_flat(rows.texts)
+        if len(rows.texts) == 1:
+            return self._whole_one(rows, ids, bounds)
+        return self._whole_arrays(rows, ids, bounds)
+
+    def _whole_one(
+        self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray
+    ) -> tuple[dict[int, Encoding], list[int]]:
+        """``_whole_arrays`` for one prompt (a request), with the few markers' arithmetic in
+        Python: each numpy call costs a microsecond or two, as much as a marker's in Python."""
+        where = self._added_at(ids)
+        at = where.tolist()
+        if len(at) != len(rows.expected) or ids[where].tolist() != rows.expected:
+            return {}, rows.positions
+        head = self._whole_heads(rows, ids, bounds, where)[0]
+        counts = [0] * rows.runs
+        for run, start, end in zip(rows.marker_runs, at, [*at[1:], len(ids)], strict=True):
+            counts[run] = 1
+            if end > start + 1:
+                counts[run + 1] = end - start - 1
+        if head is not None:
+            counts[0] = len(head)
+            ids = np.concatenate((head, ids))
+        turn = np.repeat(np.array(rows.turn, dtype=np.int32), counts)
+        trained = np.repeat(np.array(rows.trained, dtype=bool), counts)
+        if rows.crossing and self._split_crossing(rows, ids, np.array(counts), turn, trained):
+            return {}, rows.positions
+        return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+
+    def _lay_out_whole(self, prompt: Any, position: int, rows: _Rows) -> bool:
+        """Add ``prompt`` to ``rows``; False (nothing added) when this path does not take it."""
+        if type(prompt) is not Prompt:
+            return False
+        runs = prompt._layout()
+        head, start, new = (
+            (None, 0, None) if prompt._head is None else self._whole_head(prompt._head, rows)
+        )
+        rest = runs[start:] if start else runs
+        if not rest:
+            return False
+        # One pass over the runs into columns; kinds are 0 (marker) and 1 (text) from here on.
+        kinds, texts, turns, trained, parts = zip(*rest, strict=True)
+        if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
+            return False  # its tokens would not start on a marker, or it holds a refusal
+        text = "".join(texts)
+        if self._cuttable and _cut_length(len(text)):
+            return False  # long: encoded in pieces, to bound the engine's memory
+        is_marker = list(map(not_, kinds))
+        markers = list(compress(texts, is_marker))
+        expected: list[Any] = list(map(self._added_ids.get, markers))
+        if None in expected or self._spells_marker(text, texts, kinds, markers):
+            return False  # refused, or encoded literally / refused by the run-by-run path
+        row = len(rows.texts)
+        # A head left out is one run of its own before the row's (its tokens: its kept IDs).
+        base = rows.runs + (head is not None)
+        if parts.count(None) != len(parts) and not self._whole_crossing(
+            rest, parts, base, row, rows.crossing
+        ):
+            return False
+        if new is not None:
+            rows.new_heads[new] = (row, list(map(_KIND, new)).count(_RUN_MARKER))
+        rows.first_runs.append(rows.runs)
+        if head is not None:
+            rows.head_runs.append(rows.runs)
+            rows.turn.append(runs[0][2])
+            rows.trained.append(False)
+        rows.positions.append(position)
+        rows.texts.append(text)
+        rows.heads.append(head)
+        rows.firsts.append(len(rows.expected))
+        rows.expected += expected
+        rows.marker_runs += compress(range(base, base + len(rest)), is_marker)
+        rows.turn += turns
+        rows.trained += trained
+        rows.runs = base + len(rest)
+        return True
+
+    def _whole_head(
+        self, head: tuple[Any, ...] | None, rows: _Rows
+    ) -> tuple[Any, int, tuple[Any, ...] | None]:
+        """A shared system turn left out of the text: its IDs (or its key, when a row of this
+        batch encodes it) and how many runs it covers; or (None, 0) to encode it with the row,
+        and the head to keep from that row (one all one message's, untrained, as
+        ``_lay_out_head`` keeps)."""
+        if head is None:
+            return None, 0, None
+        ids = rows.known.get(head)
+        if ids is None:
+            with self._lock:
+                ids = self._heads.get(head)
+                if ids is not None:
+                    self._heads.move_to_end(head)
+                    self._head_hits += 1  # counted once per batch, as _lay_out_head does
+            if ids is not None:
+                rows.known[head] = ids
+        if ids is not None:
+            return ids, len(head), None
+        if head in rows.new_heads:
+            return head, len(head), None
+        turn = head[0][2]
+        if self._cache_limit and all(
+            run[2] == turn and run[3] is False and run[4] is None for run in head
+        ):
+            return None, 0, head
+        return None, 0, None
+
+    def _spells_marker(
+        self, text: str, texts: tuple[str, ...], kinds: tuple[int, ...], markers: list[str]
+    ) -> bool:
+        """Whether a text run spells an added token (the markers' own text aside)."""
+        initial = self._marker_initial
+        if initial is not None and text.count(initial) == "".join(markers).count(initial):
+            return False  # no run holds the character every added token starts with
+        # The text runs (kind 1) joined by a character no added token holds (_whole_ready), so
+        # that no match spans two of them: one search for the prompt.
+        return self._added_pattern.search("\x00".join(compress(texts, kinds))) is not None
+
+    def _whole_crossing(
+        self, rest: Sequence[Any], parts: tuple[Any, ...], base: int, row: int, out: list[_Crossing]
+    ) -> bool:
+        """The runs whose owner changes inside them, with where each part starts in bytes: a
+        byte-level token spells its bytes in order, so its offset in the run is the sum of the
+        byte lengths of the tokens before it. False (and nothing added) when that does not hold:
+        not byte-level, or the normaliser would change the run's text."""
+        if self._token_bytes is None:
+            return False
+        nfc = self._tokenizer.normalizer is not None
+        found = []
+        for at, run_parts in enumerate(parts):
+            if run_parts is None:
+                continue
+            text = rest[at][1]
+            if nfc and not unicodedata.is_normalized("NFC", text):
+                return False
+            starts = tuple(
+                offset if text[:offset].isascii() else len(text[:offset].encode())
+                for offset, _, _ in run_parts[1:]
+            )
+            size = len(text) if text.isascii() else len(text.encode())
+            owners = tuple((turn, trained) for _, turn, trained in run_parts[1:])
+            found.append((base + at, row, size, starts, owners))
+        out += found
+        return True
+
+    def _whole_arrays(
+        self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray
+    ) -> tuple[dict[int, Encoding], list[int]]:
+        """Each row's arrays from the batch's IDs. A row whose added tokens are not exactly its
+        markers, and every row after it (the count of markers is off from there on), is handed
+        back (its position) for the run-by-run path."""
+        where = self._added_at(ids)
+        good = _good_rows(rows, ids, bounds, where)
+        if good < len(rows.texts):
+            end, markers = int(bounds[good]), rows.firsts[good]
+            ids, bounds, where = ids[:end], bounds[: good + 1], where[:markers]
+            _truncate(rows, good)
+            if not good:
+                return {}, rows.dropped
+        heads = self._whole_heads(rows, ids, bounds, where)
+        # Each run's token count: 1 for a marker; the tokens up to the next marker for the text
+        # run after it (adjacent markers have none between them); a head's, its IDs'.
+        counts = np.zeros(rows.runs + 1, dtype=np.int64)
+        marker_runs = np.asarray(rows.marker_runs, dtype=np.int64)
+        counts[marker_runs] = 1
+        gaps = np.diff(where, append=len(ids))
+        gaps -= 1
+        counts[marker_runs + 1] += gaps
+        if rows.head_runs:
+            kept = [head for head in heads if head is not None]
+            counts[rows.head_runs] = [len(head) for head in kept]
+            ids, bounds = _with_heads(ids, bounds, heads, kept)
+        counts = counts[:-1]
+        turn = np.repeat(np.asarray(rows.turn, dtype=np.int32), counts)
+        trained = np.repeat(np.asarray(rows.trained, dtype=bool), counts)
+        bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
+        done: dict[int, Encoding] = {}
+        failed: list[int] = []
+        edges = bounds.tolist()
+        for row, (position, a, b) in enumerate(zip(rows.positions, edges, edges[1:], strict=False)):
+            if row in bad:
+                failed.append(position)
+            else:
+                done[position] = Encoding(ids[a:b], trained[a:b], turn[a:b])
+        return done, failed + rows.dropped
+
+    def _split_crossing(
+        self,
+        rows: _Rows,
+        ids: np.ndarray,
+        counts: np.ndarray,
+        turn: np.ndarray,
+        trained: np.ndarray,
+    ) -> set[int]:
+        """Give each token of a crossing run the owner of the part its first byte is in; the
+        rows where a run's tokens do not spell its bytes exactly are returned as bad."""
+        crossing = rows.crossing
+        runs = np.asarray([c[0] for c in crossing], dtype=np.int64)
+        sizes_of = counts[runs]
+        firsts = (np.cumsum(counts) - counts)[runs]
+        # The crossing runs' tokens, run after run: their positions and byte offsets in the run.
+        before = np.cumsum(sizes_of) - sizes_of
+        tokens = np.arange(int(sizes_of.sum()), dtype=np.int64)
+        tokens += np.repeat(firsts - before, sizes_of)
+        which = np.repeat(np.arange(len(crossing)), sizes_of)
+        token_bytes = self._token_bytes
+        assert token_bytes is not None  # _whole_crossing took no crossing run otherwise
+        sizes = token_bytes[ids[tokens]]
+        ends = np.cumsum(sizes)
+        run_end = ends[np.cumsum(sizes_of) - 1] if len(ends) else ends
+        run_bytes = np.diff(run_end, prepend=0)
+        begins = ends - sizes
+        begins -= np.repeat(run_end - run_bytes, sizes_of)
+        expected = np.asarray([c[2] for c in crossing], dtype=np.int64)
+        bad = {crossing[c][1] for c in np.flatnonzero(run_bytes != expected).tolist()}
+        width = max(len(c[3]) for c in crossing)
+        starts = np.full((len(crossing), width), np.iinfo(np.int64).max, dtype=np.int64)
+        part_turn = np.empty((len(crossing), width + 1), dtype=np.int32)
+        part_trained = np.zeros((len(crossing), width + 1), dtype=bool)
+        for c, (run, _, _, run_starts, owners) in enumerate(crossing):
+            starts[c, : len(run_starts)] = run_starts
+            part_turn[c, 0] = rows.turn[run]
+            part_trained[c, 0] = rows.trained[run]
+            for p, (owner_turn, owner_trained) in enumerate(owners, 1):
+                part_turn[c, p] = owner_turn
+                part_trained[c, p] = owner_trained
+        part = np.zeros(len(which), dtype=np.int64)
+        for p in range(width):
+            part += begins >= starts[which, p]
+        turn[tokens] = part_turn[which, part]
+        trained[tokens] = part_trained[which, part]
+        return bad
+
+    def _whole_heads(
+        self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray, where: np.ndarray
+    ) -> list[Any]:
+        """Each row's head IDs (None: none left out); a head first met in this batch comes from
+        the row that encoded it whole (every row kept has its markers where they belong, so
+        the tokens before the first marker after the head are the head's), and is kept for
+        later batches."""
+        if not rows.new_heads:
+            return rows.heads
+        found: dict[tuple[Any, ...], np.ndarray] = {}
+        for key, (row, markers) in rows.new_heads.items():
+            end = int(where[rows.firsts[row] + markers])
+            block = np.array(ids[int(bounds[row]) : end])
+            found[key] = block
+            with self._lock:
+                self._remember_head(key, block)
+        return [found[h] if type(h) is tuple else h for h in rows.heads]
+
+
+def _with_heads(
+    ids: np.ndarray, bounds: np.ndarray, heads: list[Any], kept: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's IDs with each row's kept head before its own, and the new bounds."""
+    edges = bounds.tolist()
+    pieces: list[np.ndarray] = []
+    for row, head in enumerate(heads):
+        if head is not None:
+            pieces.append(head)
+        pieces.append(ids[edges[row] : edges[row + 1]])
+    lengths = np.zeros(len(heads) + 1, dtype=np.int64)
+    lengths[1:][[h is not None for h in heads]] = [len(head) for head in kept]
+    return np.concatenate(pieces), bounds + np.cumsum(lengths)
+
+
+def _good_rows(rows: _Rows, ids: np.ndarray, bounds: np.ndarray, where: np.ndarray) -> int:
+    """How many leading rows have exactly their markers as added-token IDs, in order."""
+    expected = np.asarray(rows.expected, dtype=np.int32)
+    counts = np.searchsorted(where, bounds)
+    firsts = np.asarray([*rows.firsts, len(expected)], dtype=np.int64)
+    if np.array_equal(counts, firsts) and np.array_equal(ids[where], expected):
+        return len(rows.texts)
+    edges, marks = counts.tolist(), firsts.tolist()
+    for row, ((a, b), (x, y)) in enumerate(zip(pairwise(edges), pairwise(marks), strict=True)):
+        if a != x or b != y or not np.array_equal(ids[where[a:b]], expected[x:y]):
+            return row
+    return len(rows.texts)
+
+
+def _truncate(rows: _Rows, good: int) -> None:
+    """Keep the first ``good`` rows; the others are dropped (to the run-by-run path)."""
+    runs, markers = rows.first_runs[good], rows.firsts[good]
+    rows.dropped = rows.positions[good:]
+    del rows.positions[good:], rows.texts[good:], rows.heads[good:], rows.first_runs[good:]
+    del rows.firsts[good:], rows.expected[markers:], rows.marker_runs[markers:]
+    del rows.turn[runs:], rows.trained[runs:]
+    rows.head_runs = [run for run in rows.head_runs if run < runs]
+    rows.crossing = [c for c in rows.crossing if c[1] < good]
+    rows.new_heads = {k: v for k, v in rows.new_heads.items() if v[0] < good}
+    rows.runs = runs
+
+
+def _separable(contents: list[str]) -> bool:
+    """Whether no added token can be spelled across another's edge or inside it: for any two,
+    neither holds the other, and no proper prefix of one ends the other or proper suffix begins
+    it. Then in marker + text + marker ..., with no text spelling one, the only added tokens
+    spelled are the markers, wherever a matcher starts."""
+    for a in contents:
+        for t in contents:
+            if a == t:
+                continue
+            if a in t:
+                return False
+            for k in range(1, len(a)):
+                if t.endswith(a[:k]) or t.startswith(a[k:]):
+                    return False
+    return True

@@ -1,0 +1,197 @@
+"""The whole-prompt path (``encoder_whole``) against the run-by-run path (``encoder_layout``),
+the one the conformance tests held against transformers before this path existed: the same
+input_ids, assistant mask and turn index, or the same refusal, for every conversation of the
+conformance corpus (every template option, tools, multimodal content, reasoning kept and
+dropped, caller text spelling markers), batched and one prompt at a time, on both engines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import qwen_encode as qe
+from qwen_encode.encoder_whole import _separable
+from qwen_encode.prompt import Prompt, Special, Text
+from tests.conformance.corpus import generate
+from tests.conftest import ROOT, runs_only
+
+CASES = [*generate(count=320, seed=2608), *generate(count=120, seed=2609, markers=True)]
+
+
+def _prompts(cases: list[dict[str, Any]]) -> list[qe.Prompt]:
+    return [qe.format_prompt(c["messages"], tools=c["tools"], **c["kwargs"]) for c in cases]
+
+
+PROMPTS = _prompts(CASES)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[("tokenizers", "literal"), ("fastokens", "literal"), ("fastokens", "reject")],
+    ids=lambda p: "-".join(p),
+)
+def pair(request, qwen38_dir: Path) -> tuple[qe.Encoder, qe.Encoder]:
+    engine, mode = request.param
+    whole = qe.Encoder.from_pretrained(qwen38_dir, engine=engine, markers_in_text=mode)
+    if whole.engine != engine:
+        pytest.skip(f"{engine} is not available here")
+    runs = runs_only(qe.Encoder(whole.vocabulary, markers_in_text=mode, cache_bytes=0))
+    assert whole._whole_ready
+    return whole, runs
+
+
+def _same(got: Any, want: Any, where: Any = None) -> None:
+    assert type(got) is type(want), where
+    if isinstance(want, qe.Encoding):
+        assert np.array_equal(got.input_ids, want.input_ids), where
+        assert np.array_equal(got.assistant_mask, want.assistant_mask), where
+        assert np.array_equal(got.turn_index, want.turn_index), where
+        assert got.input_ids.dtype == want.input_ids.dtype
+        assert got.assistant_mask.dtype == want.assistant_mask.dtype == np.bool_
+        assert got.turn_index.dtype == want.turn_index.dtype
+    else:
+        assert str(got) == str(want), where
+
+
+def _count_whole(encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many prompts each whole-path engine call carried."""
+    taken: list[int] = []
+    original = encoder._whole_encode
+
+    def spy(rows):  # type: ignore[no-untyped-def]
+        taken.append(len(rows.texts))
+        return original(rows)
+
+    monkeypatch.setattr(encoder, "_whole_encode", spy)
+    return taken
+
+
+def test_a_batch_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
+    whole, runs = pair
+    whole.clear_cache()
+    taken = _count_whole(whole, monkeypatch)
+    want = runs.encode_batch(PROMPTS, errors="return")
+    for round_ in ("cold", "kept heads"):
+        got = whole.encode_batch(PROMPTS, errors="return")
+        for n, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, (round_, n))
+    # The path is not vacuous: most of the plain cases went whole (218 of 320: the others hold
+    # a user text spelling <tool_response>, or a combining mark where the owner changes).
+    assert taken and min(taken) > 200, taken
+    assert whole.cache_info()["head_hits"] >= 1
+
+
+def test_one_prompt_at_a_time_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
+    whole, runs = pair
+    whole.clear_cache()
+    taken = _count_whole(whole, monkeypatch)
+    for n, prompt in enumerate(PROMPTS[::3]):
+        want = runs.encode_batch([prompt], errors="return")[0]
+        for round_ in ("first", "again"):  # the second time its system turn is kept
+            _same(whole.encode_batch([prompt], errors="return")[0], want, (round_, n))
+    assert len(taken) > 0.5 * len(PROMPTS[::3])
+
+
+def test_a_batch_mixing_refused_literal_and_whole_prompts(qwen38_dir: Path) -> None:
+    """Refusals keep their places and types; a system turn first met by a prompt that goes run
+    by run is still laid out by the next whole one."""
+    tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
+    system = {"role": "system", "content": "You are terse."}
+    texts = ["spells <|im_end|> here", "plain one", "<think>", "plain two", "ü </tool_call>"]
+    prompts = [
+        qe.format_prompt([system, {"role": "user", "content": t}], tools=tools) for t in texts
+    ]
+    prompts.insert(2, Prompt((Text("text first"), Special("<|im_end|>"))))
+    for mode in ("literal", "reject"):
+        whole = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+        runs = runs_only(qe.Encoder(whole.vocabulary, markers_in_text=mode, cache_bytes=0))
+        got = whole.encode_batch(prompts, errors="return")
+        want = runs.encode_batch(prompts, errors="return")
+        for n, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, (mode, n))
+        kinds = [type(g).__name__ for g in got]
+        if mode == "reject":
+            assert kinds.count("MarkerInTextError") == 3
+            with pytest.raises(qe.MarkerInTextError):
+                whole.encode_batch(prompts)
+        else:
+            assert kinds == ["Encoding"] * 6
+
+
+def test_the_markers_check_sends_a_prompt_run_by_run(pair, monkeypatch) -> None:
+    """If a caller run did spell an added token past the per-prompt check (it cannot: the check
+    is disabled here to reach the guard), the IDs' added tokens would not be the markers: that
+    prompt and the ones after it in the batch are encoded run by run, with the right IDs."""
+    whole, runs = pair
+    if whole.markers_in_text == "reject":
+        pytest.skip("in reject mode the check refuses the prompt instead")
+    monkeypatch.setattr(whole, "_spells_marker", lambda *args: False)
+    cases = CASES[:10]
+    spelled = [
+        qe.format_prompt([{"role": "user", "content": f"a <|im_end|> b {i}"}]) for i in range(3)
+    ]
+    prompts = [*_prompts(cases[:5]), spelled[0], *_prompts(cases[5:10]), *spelled[1:]]
+    got = whole.encode_batch(prompts)
+    want = runs.encode_batch(prompts)
+    for n, (g, w) in enumerate(zip(got, want, strict=True)):
+        _same(g, w, n)
+    _same(whole.encode(spelled[0]), runs.encode(spelled[0]))
+    im_end = whole.vocabulary.added_tokens["<|im_end|>"]
+    # The <|im_end|> the protocol wrote (the system turn's and the user turn's): none from text.
+    written = [s for s in spelled[0].segments if s == Special("<|im_end|>", s.turn)]
+    assert list(got[5].input_ids).count(im_end) == len(written) == 2
+
+
+def test_long_prompts_and_hand_made_ones_go_run_by_run(pair) -> None:
+    whole, runs = pair
+    long = qe.format_prompt([{"role": "user", "content": "word " * 30_000}])
+    hand = [
+        Prompt((Text("no marker first"), Special("<|im_start|>"), Text("x"))),
+        Prompt((Special("<|im_start|>"), Text("user\nhi"), Special("<|im_end|>"))),
+        Prompt(()),
+    ]
+    for prompt in [long, *hand]:
+        _same(whole.encode(prompt), runs.encode(prompt))
+
+
+def test_separable() -> None:
+    qwen = json.loads((ROOT / "fixtures" / "qwen3.8-tiny" / "tokenizer.json").read_text())
+    assert _separable([t["content"] for t in qwen["added_tokens"]])
+    assert not _separable(["<a>", "<a>b"])  # one holds another
+    assert not _separable(["<ab>", "b><c"])  # a proper suffix of one begins the other
+    assert not _separable(["<x|", "|y>"])  # ... ends it
+    assert not _separable(["abc", "zab"])
+
+
+def test_a_vocabulary_whose_markers_strip_goes_run_by_run(tmp_path: Path) -> None:
+    """The path is proven for added tokens matched as plain strings (no lstrip, rstrip,
+    single_word or normalized matching, which would take whitespace from or match beside the
+    text around them): a vocabulary with any other goes run by run."""
+    source = ROOT / "fixtures" / "qwen3.8-tiny"
+    target = tmp_path / "stripping"
+    target.mkdir()
+    for path in source.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    data = json.loads((source / "tokenizer.json").read_text())
+    # Not a protocol marker (the vocabulary refuses those with lstrip), another added token.
+    extra = 1 + max(t["id"] for t in data["added_tokens"])
+    data["added_tokens"].append(
+        {
+            "id": extra,
+            "content": "<|extra|>",
+            "single_word": False,
+            "lstrip": True,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
+    (target / "tokenizer.json").write_text(json.dumps(data))
+    encoder = qe.Encoder.from_pretrained(target, engine="tokenizers")
+    assert not encoder._whole_ready
+    plain = qe.Encoder.from_pretrained(source, engine="tokenizers")
+    assert plain._whole_ready
