@@ -268,10 +268,11 @@ class _Layout:
     def _rejection(segments: list[Text], marker: str) -> MarkerInTextError:
         # Protocol text never spells a marker (the protocol emits those as Special), so the
         # caller field to blame is one holding the marker, or else the first one in the run.
-        callers = [s for s in segments if s.field is not None]
+        # A hand-made prompt may mark no text as the caller's: then its segments are blamed.
+        callers = [s for s in segments if s.field is not None] or segments
         blamed = next((s for s in callers if marker in s.text), callers[0])
         turn = blamed.turn if blamed.turn >= 0 else None
-        return MarkerInTextError(marker, message_index=turn, field=str(blamed.field))
+        return MarkerInTextError(marker, message_index=turn, field=blamed.field or "text")
 
 
 def _next_none(codes: list[Any], start: int) -> int:

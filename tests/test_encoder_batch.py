@@ -275,3 +275,13 @@ def test_an_object_named_like_a_marker_is_still_refused(qwen38_dir: Path) -> Non
     prompt = Prompt((Special("<|im_start|>"), Text("user\nhi"), impostor))  # type: ignore[arg-type]
     with pytest.raises(qe.PromptError, match="expected Text or Special"):
         encoder.encode(prompt)
+
+
+def test_reject_names_a_hand_made_text_that_is_no_caller_field(qwen38_dir: Path) -> None:
+    """A hand-made prompt whose texts carry no field (as protocol text would) and spell a marker
+    is refused naming the text, not with an IndexError from looking for a caller field."""
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text="reject")
+    prompt = Prompt((Special("<|im_start|>", 0), Text("user\n<think>", 0)))
+    with pytest.raises(qe.MarkerInTextError) as refused:
+        encoder.encode(prompt)
+    assert refused.value.field == "text" and refused.value.message_index == 0

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import qwen_encode as qe
 from qwen_encode.encoder_whole import _separable
@@ -195,3 +197,69 @@ def test_a_vocabulary_whose_markers_strip_goes_run_by_run(tmp_path: Path) -> Non
     assert not encoder._whole_ready
     plain = qe.Encoder.from_pretrained(source, engine="tokenizers")
     assert plain._whole_ready
+
+
+_MARKERS = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "<|vision_pad|>"]
+_PIECES = st.sampled_from(
+    [
+        "",
+        " ",
+        "\n",
+        "\n\n",
+        "user\n",
+        "assistant\n",
+        "hello",
+        "é",
+        "e\u0301",
+        "数据",
+        "<",
+        "<|",
+        "|>",
+    ]
+    + [m[:-1] for m in _MARKERS]
+    + [m[1:] for m in _MARKERS]
+    + _MARKERS
+)
+_SEGMENT = st.one_of(
+    st.builds(
+        Special,
+        st.sampled_from([*_MARKERS, "<|not_a_token|>"]),
+        st.integers(-1, 3),
+        st.booleans(),
+    ),
+    st.builds(
+        Text,
+        st.lists(_PIECES, max_size=4).map("".join),
+        st.integers(-1, 3),
+        st.booleans(),
+        st.sampled_from([None, "content", "reasoning_content"]),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_SEGMENT, max_size=12), min_size=1, max_size=4))
+def test_hand_made_prompts_give_the_run_by_run_arrays(qwen38_dir: Path, batch) -> None:
+    """Hand-made prompts (a chat session encodes its turns as these): markers next to markers,
+    empty texts, texts spelling markers or halves of them across segments, unknown markers,
+    owners changing inside a run; each mode, batched and alone."""
+    prompts = [Prompt(tuple(segments)) for segments in batch]
+    for mode in ("literal", "reject"):
+        whole, runs = _tiny_pair(qwen38_dir, mode)
+        want = runs.encode_batch(prompts, errors="return")
+        for n, (g, w) in enumerate(
+            zip(whole.encode_batch(prompts, errors="return"), want, strict=True)
+        ):
+            _same(g, w, (mode, n))
+        for n, prompt in enumerate(prompts):
+            _same(whole.encode_batch([prompt], errors="return")[0], want[n], (mode, "alone", n))
+
+
+_PAIRS: dict[str, tuple[qe.Encoder, qe.Encoder]] = {}
+
+
+def _tiny_pair(qwen38_dir: Path, mode: str) -> tuple[qe.Encoder, qe.Encoder]:
+    if mode not in _PAIRS:
+        whole = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+        _PAIRS[mode] = (whole, runs_only(qe.Encoder(whole.vocabulary, markers_in_text=mode)))
+    return _PAIRS[mode]
