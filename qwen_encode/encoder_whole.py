@@ -33,6 +33,8 @@ from .encoding import Encoding
 from .prompt import _RUN_BAD, _RUN_MARKER, Prompt
 
 _KIND = itemgetter(0)
+# A prompt encoded alone goes whole up to this many characters (after its kept system turn).
+_ALONE_CHARS = 4096
 
 
 class _Rows:
@@ -130,10 +132,14 @@ class _Whole(_Assembly):
     def _whole_rows(self, prompts: Sequence[Any]) -> tuple[_Rows, list[int]]:
         """The prompts this path takes, laid out, and the positions of the others."""
         rows = _Rows()
+        # A prompt encoded alone is a request; past a few thousand characters it is a
+        # conversation a server sees again and again, one exchange longer each time, whose
+        # earlier turns the run cache holds: run by run, only the new exchange is encoded.
+        longest = _ALONE_CHARS if len(prompts) == 1 and self._cache_limit else None
         others = [
             position
             for position, prompt in enumerate(prompts)
-            if not self._lay_out_whole(prompt, position, rows)
+            if not self._lay_out_whole(prompt, position, rows, longest)
         ]
         return rows, others
 
@@ -170,8 +176,11 @@ class _Whole(_Assembly):
             return {}, rows.positions
         return {rows.positions[0]: Encoding(ids, trained, turn)}, []
 
-    def _lay_out_whole(self, prompt: Any, position: int, rows: _Rows) -> bool:
-        """Add ``prompt`` to ``rows``; False (nothing added) when this path does not take it."""
+    def _lay_out_whole(
+        self, prompt: Any, position: int, rows: _Rows, longest: int | None = None
+    ) -> bool:
+        """Add ``prompt`` to ``rows``; False (nothing added) when this path does not take it
+        (or its text is longer than ``longest``)."""
         if type(prompt) is not Prompt:
             return False
         runs = prompt._layout()
@@ -186,8 +195,8 @@ class _Whole(_Assembly):
         if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
             return False  # its tokens would not start on a marker, or it holds a refusal
         text = "".join(texts)
-        if self._cuttable and _cut_length(len(text)):
-            return False  # long: encoded in pieces, to bound the engine's memory
+        if (self._cuttable and _cut_length(len(text))) or (longest and len(text) > longest):
+            return False  # encoded in pieces (bounds the engine's memory), or a long request
         is_marker = list(map(not_, kinds))
         markers = list(compress(texts, is_marker))
         expected: list[Any] = list(map(self._added_ids.get, markers))

@@ -160,6 +160,34 @@ def test_long_prompts_and_hand_made_ones_go_run_by_run(pair) -> None:
         _same(whole.encode(prompt), runs.encode(prompt))
 
 
+def test_a_growing_conversation_sent_alone_encodes_only_its_new_exchange(pair, monkeypatch):
+    """A server sees a conversation again and again, one exchange longer each time: past a few
+    thousand characters a prompt encoded alone goes run by run, so the run cache spares the
+    turns it has seen (and a short one goes whole, in one engine call)."""
+    whole, runs = pair
+    whole.clear_cache()
+    sent: list[str] = []
+    for name in ("encode_flat", "encode_ordinary"):
+        original = getattr(whole._engine, name)
+
+        def spy(texts, original=original):  # type: ignore[no-untyped-def]
+            sent.extend([texts] if isinstance(texts, str) else texts)
+            return original(texts)
+
+        monkeypatch.setattr(whole._engine, name, spy)
+    history = [{"role": "user", "content": "a short question"}]
+    for i in range(12):
+        history.append({"role": "assistant", "content": f"answer {i}: " + "many words " * 60})
+        history.append({"role": "user", "content": f"question {i + 1}"})
+        prompt = qe.format_prompt(history)
+        sent.clear()
+        _same(whole.encode(prompt), runs.encode(prompt), i)
+        if i == 0:
+            assert len(sent) == 1 and sent[0].startswith("<|im_start|>")  # whole, one call
+        if i >= 8:  # past 4,096 characters: only the new exchange reaches the engine
+            assert sum(map(len, sent)) < 1000, (i, sum(map(len, sent)))
+
+
 def test_separable() -> None:
     qwen = json.loads((ROOT / "fixtures" / "qwen3.8-tiny" / "tokenizer.json").read_text())
     assert _separable([t["content"] for t in qwen["added_tokens"]])
