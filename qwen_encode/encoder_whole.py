@@ -54,6 +54,7 @@ class _Rows:
         "new_heads",
         "positions",
         "runs",
+        "seen",
         "texts",
         "trained",
         "turn",
@@ -79,6 +80,7 @@ class _Rows:
         # the first start, in bytes, and their (turn, trained)).
         self.crossing: list[_Crossing] = []
         self.runs = 0
+        self.seen: str | None = None  # a long request's first text run, to keep (_first_time)
         self.dropped: list[int] = []  # positions of rows dropped after a bad one (_truncate)
 
 
@@ -132,9 +134,10 @@ class _Whole(_Assembly):
     def _whole_rows(self, prompts: Sequence[Any]) -> tuple[_Rows, list[int]]:
         """The prompts this path takes, laid out, and the positions of the others."""
         rows = _Rows()
-        # A prompt encoded alone is a request; past a few thousand characters it is a
-        # conversation a server sees again and again, one exchange longer each time, whose
-        # earlier turns the run cache holds: run by run, only the new exchange is encoded.
+        # A prompt encoded alone is a request. Past a few thousand characters it may be a
+        # conversation a server sees again and again, one exchange longer each time: the first
+        # time it goes whole and its first text run is kept in the run cache; met again (that
+        # run cached), it goes run by run, and from then on only each new exchange is encoded.
         longest = _ALONE_CHARS if len(prompts) == 1 and self._cache_limit else None
         others = [
             position
@@ -162,6 +165,10 @@ class _Whole(_Assembly):
         if len(at) != len(rows.expected) or ids[where].tolist() != rows.expected:
             return {}, rows.positions
         head = self._whole_heads(rows, ids, bounds, where)[0]
+        if rows.seen is not None and self._cache_limit:
+            with self._lock:  # the first text run follows the first marker
+                end = at[1] if len(at) > 1 else len(ids)
+                self._remember(rows.seen, np.array(ids[at[0] + 1 : end]))
         counts = [0] * rows.runs
         for run, start, end in zip(rows.marker_runs, at, [*at[1:], len(ids)], strict=True):
             counts[run] = 1
@@ -195,8 +202,10 @@ class _Whole(_Assembly):
         if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
             return False  # its tokens would not start on a marker, or it holds a refusal
         text = "".join(texts)
-        if (self._cuttable and _cut_length(len(text))) or (longest and len(text) > longest):
-            return False  # encoded in pieces (bounds the engine's memory), or a long request
+        if self._cuttable and _cut_length(len(text)):
+            return False  # long: encoded in pieces, to bound the engine's memory
+        if longest and len(text) > longest and not self._first_time(texts, kinds, rows):
+            return False  # a long request met before (see _whole_rows)
         is_marker = list(map(not_, kinds))
         markers = list(compress(texts, is_marker))
         expected: list[Any] = list(map(self._added_ids.get, markers))
@@ -225,6 +234,17 @@ class _Whole(_Assembly):
         rows.turn += turns
         rows.trained += trained
         rows.runs = base + len(rest)
+        return True
+
+    def _first_time(self, texts: tuple[str, ...], kinds: tuple[int, ...], rows: _Rows) -> bool:
+        """Whether a long request's first text run is new to the run cache (and, if so, that
+        run is to be kept once encoded: ``rows.seen``)."""
+        if len(kinds) < 2 or not kinds[1]:
+            return False
+        with self._lock:
+            if texts[1] in self._cache:
+                return False
+        rows.seen = texts[1]
         return True
 
     def _whole_head(

@@ -161,9 +161,9 @@ def test_long_prompts_and_hand_made_ones_go_run_by_run(pair) -> None:
 
 
 def test_a_growing_conversation_sent_alone_encodes_only_its_new_exchange(pair, monkeypatch):
-    """A server sees a conversation again and again, one exchange longer each time: past a few
-    thousand characters a prompt encoded alone goes run by run, so the run cache spares the
-    turns it has seen (and a short one goes whole, in one engine call)."""
+    """A server sees a conversation again and again, one exchange longer each time. Short, it
+    goes whole (one engine call); past a few thousand characters, the first time still whole
+    (its first text run kept), met again run by run, so the run cache spares the turns seen."""
     whole, runs = pair
     whole.clear_cache()
     sent: list[str] = []
@@ -186,6 +186,13 @@ def test_a_growing_conversation_sent_alone_encodes_only_its_new_exchange(pair, m
             assert len(sent) == 1 and sent[0].startswith("<|im_start|>")  # whole, one call
         if i >= 8:  # past 4,096 characters: only the new exchange reaches the engine
             assert sum(map(len, sent)) < 1000, (i, sum(map(len, sent)))
+
+
+def test_a_long_prompt_alone_with_one_marker(pair) -> None:
+    whole, runs = pair
+    prompt = Prompt((Special("<|im_start|>"), Text("user\n" + "word " * 2000)))
+    for _ in range(2):  # whole, then (its text kept) run by run
+        _same(whole.encode(prompt), runs.encode(prompt))
 
 
 def test_separable() -> None:
