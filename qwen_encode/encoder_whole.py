@@ -204,13 +204,13 @@ class _Whole(_Assembly):
         text = "".join(texts)
         if self._cuttable and _cut_length(len(text)):
             return False  # long: encoded in pieces, to bound the engine's memory
-        if longest and len(text) > longest and not self._first_time(texts, kinds, rows):
-            return False  # a long request met before (see _whole_rows)
         is_marker = list(map(not_, kinds))
         markers = list(compress(texts, is_marker))
         expected: list[Any] = list(map(self._added_ids.get, markers))
         if None in expected or self._spells_marker(text, texts, kinds, markers):
             return False  # refused, or encoded literally / refused by the run-by-run path
+        if longest and len(text) > longest and not self._first_time(texts, kinds, rows):
+            return False  # a long request met before (see _whole_rows)
         row = len(rows.texts)
         # A head left out is one run of its own before the row's (its tokens: its kept IDs).
         base = rows.runs + (head is not None)
@@ -283,8 +283,9 @@ class _Whole(_Assembly):
         initial = self._marker_initial
         if initial is not None and text.count(initial) == "".join(markers).count(initial):
             return False  # no run holds the character every added token starts with
-        # The text runs (kind 1) joined by a character no added token holds (_whole_ready), so
-        # that no match spans two of them: one search for the prompt.
+        # One search for the prompt: its text runs (kind 1) joined by NUL, which no Qwen added
+        # token holds, so a match never spans two of them (if one did, it would be a false
+        # alarm: the prompt would go run by run, never get wrong IDs).
         return self._added_pattern.search("\x00".join(compress(texts, kinds))) is not None
 
     def _whole_crossing(
@@ -297,7 +298,7 @@ class _Whole(_Assembly):
         if self._token_bytes is None:
             return False
         nfc = self._tokenizer.normalizer is not None
-        found = []
+        found: list[_Crossing] = []
         for at, run_parts in enumerate(parts):
             if run_parts is None:
                 continue
