@@ -58,12 +58,33 @@ def termination_handled() -> Iterator[None]:
 def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C, SIGTERM and SIGHUP back while the temporary output file is created and its
     cleanup registered: a signal between the two would leave the file behind (seen under load in
-    the Ctrl-C test). The held signal is delivered (KeyboardInterrupt, Terminated) right after."""
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no way to defer; the window is tiny
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(_TERMINATING))
+    the termination tests). The held signal is delivered (KeyboardInterrupt, Terminated) right
+    after. The handlers themselves are swapped for one that only notes the signal: blocking it
+    in this thread's signal mask is not enough once the engines' thread pools exist, since the
+    kernel then hands the signal to one of those threads and Python still runs its handler here,
+    at the next line."""
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in _TERMINATING:
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN or handler is None:
+            continue  # an ignored signal stays ignored; None: not set from Python
+        try:
+            previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
+        except ValueError:  # not the main thread: the signals are not ours to hold
+            break
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            _deliver(held[0], previous[held[0]])
+
+
+def _deliver(signum: int, handler: Any) -> None:
+    """What the signal would have done had it not been held."""
+    if callable(handler):
+        handler(signum, None)
+    else:  # SIG_DFL: the default action (ending the process)
+        signal.raise_signal(signum)
