@@ -33,6 +33,7 @@ import itertools
 import json
 import random
 import re
+import resource
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -264,6 +265,14 @@ def seeds() -> list[bytes]:
     return out
 
 
+def _rss_limit_mb() -> int:
+    """libFuzzer's default limit (2,048 MB) over what this process starts with: Linux carries a
+    parent's high-water mark across exec into the ru_maxrss libFuzzer reads, and the test suite
+    runs this from a process of 2 GB or more, which hit the limit at the first input."""
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KB on Linux
+    return start + 2048
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=None)
@@ -289,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 *([f"-runs={args.runs}"] if args.runs is not None else []),
                 *([f"-seed={args.seed}"] if args.seed is not None else []),
                 f"-artifact_prefix={args.crashes}/",
+                f"-rss_limit_mb={_rss_limit_mb()}",
                 "-max_len=512",
                 "-timeout=20",
                 str(corpus),

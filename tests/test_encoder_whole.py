@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qwen_encode as qe
@@ -272,29 +272,28 @@ _SEGMENT = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.fixture(scope="module")
+def pairs_by_mode(qwen38_dir: Path) -> dict[str, tuple[qe.Encoder, qe.Encoder]]:
+    pairs = {}
+    for mode in ("literal", "reject"):
+        whole = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
+        pairs[mode] = (whole, runs_only(qe.Encoder(whole.vocabulary, markers_in_text=mode)))
+    return pairs
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.lists(_SEGMENT, max_size=12), min_size=1, max_size=4))
-def test_hand_made_prompts_give_the_run_by_run_arrays(qwen38_dir: Path, batch) -> None:
+def test_hand_made_prompts_give_the_run_by_run_arrays(pairs_by_mode, batch) -> None:
     """Hand-made prompts (a chat session encodes its turns as these): markers next to markers,
     empty texts, texts spelling markers or halves of them across segments, unknown markers,
     owners changing inside a run; each mode, batched and alone."""
     prompts = [Prompt(tuple(segments)) for segments in batch]
-    for mode in ("literal", "reject"):
-        whole, runs = _tiny_pair(qwen38_dir, mode)
+    for mode, (whole, runs) in pairs_by_mode.items():
         want = runs.encode_batch(prompts, errors="return")
-        for n, (g, w) in enumerate(
-            zip(whole.encode_batch(prompts, errors="return"), want, strict=True)
-        ):
+        got = whole.encode_batch(prompts, errors="return")
+        for n, (g, w) in enumerate(zip(got, want, strict=True)):
             _same(g, w, (mode, n))
         for n, prompt in enumerate(prompts):
             _same(whole.encode_batch([prompt], errors="return")[0], want[n], (mode, "alone", n))
-
-
-_PAIRS: dict[str, tuple[qe.Encoder, qe.Encoder]] = {}
-
-
-def _tiny_pair(qwen38_dir: Path, mode: str) -> tuple[qe.Encoder, qe.Encoder]:
-    if mode not in _PAIRS:
-        whole = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers", markers_in_text=mode)
-        _PAIRS[mode] = (whole, runs_only(qe.Encoder(whole.vocabulary, markers_in_text=mode)))
-    return _PAIRS[mode]
