@@ -290,8 +290,14 @@ _set_call_name, _set_arguments, _set_id, _set_undeclared = (
 )
 
 
-def _plain_turn(message: Any) -> Turn | None:
-    """The Turn of a plain message dict, or None when the general path must read it."""
+_PlainParts: TypeAlias = tuple[str, str | None, str | None, tuple[ToolCall, ...], Any, Any]
+
+
+def _plain_parts(message: Any) -> _PlainParts | None:
+    """What a plain message dict holds, ``(role, content, reasoning, tool_calls, tool_call_id,
+    name)``, as its Turn would hold it; None when the general path must read it. One reader
+    for ``_plain_turn`` and for the protocol's fused renderer of plain rows, so both take
+    exactly the same messages."""
     if type(message) is not dict:
         return None
     get = message.get
@@ -325,13 +331,21 @@ def _plain_turn(message: Any) -> Turn | None:
         return None
     if role != "assistant" and (calls or reasoning is not None):
         return None
+    return role, content, reasoning, calls, call_id, name
+
+
+def _plain_turn(message: Any) -> Turn | None:
+    """The Turn of a plain message dict, or None when the general path must read it."""
+    parts = _plain_parts(message)
+    if parts is None:
+        return None
     turn: Turn = _new(Turn)
-    _set_role(turn, role)
-    _set_content(turn, content)
-    _set_reasoning(turn, reasoning)
-    _set_calls(turn, calls)
-    _set_call_id(turn, call_id)
-    _set_name(turn, name)
+    _set_role(turn, parts[0])
+    _set_content(turn, parts[1])
+    _set_reasoning(turn, parts[2])
+    _set_calls(turn, parts[3])
+    _set_call_id(turn, parts[4])
+    _set_name(turn, parts[5])
     return turn
 
 

@@ -28,6 +28,7 @@ from .protocol_cache import _Fragment, _head_fragment, _tail_fragment
 from .protocol_cache import clear_render_cache as clear_render_cache  # the docs name it here
 from .protocol_cache import render_cache_info as render_cache_info
 from .protocol_plain import _plain_assistant, _plain_tool, _plain_user
+from .protocol_rows import _render_plain
 from .protocol_texts import (
     _REASONING_INSTRUCTIONS,
     ReasoningEffort,
@@ -101,6 +102,18 @@ def format_prompt(
     ``continue_final_message`` leaves the final turn open after its content, for the model to
     continue (then ``add_generation_prompt`` is ignored).
     """
+    prompt = _render_plain(
+        turns,
+        tools,
+        enable_thinking,
+        reasoning_effort,
+        preserve_thinking,
+        add_generation_prompt,
+        add_vision_id,
+        continue_final_message,
+    )
+    if prompt is not None:
+        return prompt
     turns = turns_from_messages(turns)
     head, layouts, tail, _, _ = _plan(
         turns,

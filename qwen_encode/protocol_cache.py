@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from . import markers as mk
@@ -107,7 +108,7 @@ def clear_render_cache() -> None:
 
 
 def _head_fragment(
-    system: Turn | None, instruction: str, tool_lines: list[str], add_vision_id: bool
+    system: Turn | None, instruction: str, tool_lines: Sequence[str], add_vision_id: bool
 ) -> _Fragment:
     """The system turn (template lines 55-91), from the cache when its inputs are plain text."""
     content = None if system is None else system.content
@@ -115,11 +116,25 @@ def _head_fragment(
         builder = _Builder()
         _system_segments(builder, system, instruction, tool_lines, add_vision_id)
         return _Fragment(builder.segs)
+    return _system_fragment(system is not None, content, instruction, tool_lines, add_vision_id)
+
+
+def _system_fragment(
+    has_system: bool,
+    content: str | None,
+    instruction: str,
+    tool_lines: Sequence[str],
+    add_vision_id: bool,
+) -> _Fragment:
+    """The system turn of a conversation whose system message (``has_system``: message 0 is
+    one) holds ``content`` as plain text. A lone surrogate in ``content`` raises
+    ``PromptError`` here on a miss (an entry is only made of text that rendered)."""
     # The system turn's text and its owner (message 0, or none) are all it renders from.
-    key = ("head", system is not None, content, instruction, add_vision_id, *tool_lines)
+    key = ("head", has_system, content, instruction, add_vision_id, *tool_lines)
     fragment = _RENDER_CACHE.get(key)
     if fragment is None:
         builder = _Builder()
+        system = Turn("system", content) if has_system else None
         _system_segments(builder, system, instruction, tool_lines, add_vision_id)
         fragment = _Fragment(builder.segs)
         _RENDER_CACHE.put(key, fragment)
