@@ -24,7 +24,7 @@ from .prompt import _RUN_TEXT, Prompt, Segment, Special, Text, _Builder, _Run, _
 
 # The rooms of prompt construction, re-exported here: the protocol's texts, one turn's rendering,
 # the render cache of system turns and primers, and the fast renderers of the common turn shapes.
-from .protocol_cache import _Fragment, _head_fragment, _tail_fragment
+from .protocol_cache import _Fragment, _head_fragment, _tail_fragment, _tool_lines
 from .protocol_cache import clear_render_cache as clear_render_cache  # the docs name it here
 from .protocol_cache import render_cache_info as render_cache_info
 from .protocol_plain import _plain_assistant, _plain_tool, _plain_user
@@ -32,7 +32,6 @@ from .protocol_rows import _render_plain
 from .protocol_texts import (
     _REASONING_INSTRUCTIONS,
     ReasoningEffort,
-    _tool_signature_lines,
     reasoning_effort_from_scale,
     reasoning_instruction,
     serialize_tool_signatures,
@@ -270,7 +269,7 @@ def _plan(
     ):
         previous = None  # continuing rewrites the last turn's layout and the last query rule
     if previous is None:
-        tool_lines = [] if tools is None else _tool_signature_lines(tools)
+        tool_lines = _tool_lines(tools)
 
     last = len(turns) - 1
     if continue_final_message:

@@ -5,14 +5,17 @@ every row is rendered once, and is the same string object every time.
 
 from __future__ import annotations
 
+import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import markers as mk
 from .conversation import Turn
+from .errors import PromptError
 from .prompt import Segment, _Builder, _runs_of, _Seg, _segment_of
+from .protocol_texts import _tool_signature_lines
 from .protocol_turns import _system_segments
 
 __all__ = ["clear_render_cache", "render_cache_info"]
@@ -41,21 +44,33 @@ class _Fragment:
         return self.segments_
 
 
-class _RenderCache:
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+_Entry = TypeVar("_Entry", bound=_Sized)
+
+
+def _key_size(key: tuple[Any, ...]) -> int:
+    return sum(len(k) if isinstance(k, str | bytes) else 0 for k in key)
+
+
+class _RenderCache(Generic[_Entry]):
     """Rendered system turns (tools block, reasoning instruction, system prompt) and primers,
     keyed by everything they render from, least recently used out first, bounded in bytes of
     text. What a data set repeats in every row is rendered once and is the same string object
     every time, so the encoder's run cache finds it by a hash computed once."""
 
     def __init__(self, limit: int) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], _Fragment] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()  # format_prompt is called from a server's threads
         self._bytes = 0
         self.limit = limit
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple[Any, ...]) -> _Fragment | None:
+    def get(self, key: tuple[Any, ...]) -> _Entry | None:
         with self._lock:
             fragment = self._entries.get(key)
             if fragment is None:
@@ -65,8 +80,8 @@ class _RenderCache:
                 self._entries.move_to_end(key)
             return fragment
 
-    def put(self, key: tuple[Any, ...], fragment: _Fragment) -> None:
-        cost = fragment.size + sum(len(k) if isinstance(k, str) else 0 for k in key)
+    def put(self, key: tuple[Any, ...], fragment: _Entry) -> None:
+        cost = fragment.size + _key_size(key)
         with self._lock:
             if key in self._entries or cost > self.limit:
                 return
@@ -74,7 +89,7 @@ class _RenderCache:
             self._bytes += cost
             while self._bytes > self.limit:
                 old_key, old = self._entries.popitem(last=False)
-                self._bytes -= old.size + sum(len(k) if isinstance(k, str) else 0 for k in old_key)
+                self._bytes -= old.size + _key_size(old_key)
 
     def clear(self) -> None:
         with self._lock:
@@ -93,18 +108,68 @@ class _RenderCache:
             }
 
 
-_RENDER_CACHE = _RenderCache(16 << 20)
+class _ToolLines:
+    """The tools block's JSON lines (``_tool_signature_lines``) of one tools list."""
+
+    __slots__ = ("lines", "size")
+
+    def __init__(self, lines: tuple[str, ...]) -> None:
+        self.lines = lines
+        self.size = sum(len(line) + 64 for line in lines)
+
+
+_RENDER_CACHE: _RenderCache[_Fragment] = _RenderCache(16 << 20)
+_TOOL_LINES: _RenderCache[_ToolLines] = _RenderCache(4 << 20)
 
 
 def render_cache_info() -> dict[str, int]:
     """Entries, bytes (of text, roughly) and limit of the cache of rendered system turns and
-    primers, and its hits and misses since it was last cleared."""
-    return _RENDER_CACHE.info()
+    primers, and its hits and misses since it was last cleared; ``tools_*``: the same of the
+    cache of tools lists' JSON lines."""
+    info = _RENDER_CACHE.info()
+    info.update({f"tools_{name}": value for name, value in _TOOL_LINES.info().items()})
+    return info
 
 
 def clear_render_cache() -> None:
-    """Forget the rendered system turns and primers (and the hit counts)."""
+    """Forget the rendered system turns and primers, the tools lists' JSON lines (and the hit
+    counts)."""
     _RENDER_CACHE.clear()
+    _TOOL_LINES.clear()
+
+
+def _tool_lines(tools: Any) -> Sequence[str]:
+    """``_tool_signature_lines(tools)``, without encoding a tools list of plain values again.
+
+    The rows of a data set carry equal tools lists as different objects, and the system turn
+    is cached by these lines: encoding each tool to JSON for every row, to find the rendered
+    block, was most of the cost of a row with tools. A list of plain values (dicts, lists,
+    strings, numbers, bools, None, of those exact types) is keyed instead by its ``marshal``
+    bytes, a third of the cost: marshal writes the values with their exact types and in order
+    (True, 1 and 1.0 differ; so does key order), and ``marshal.loads`` reads them back, so equal
+    bytes are equal content, whose JSON lines are equal. Version 2: no back-references, which
+    would depend on object identity. Anything marshal cannot write (another type, a subclass)
+    is encoded as before."""
+    if type(tools) is not list or not tools:
+        return [] if tools is None else _tool_signature_lines(tools)
+    try:
+        key = (marshal.dumps(tools, 2),)
+    except (ValueError, TypeError, RecursionError):  # not marshal's types, or too deep for it
+        return _tool_signature_lines(tools)
+    found = _TOOL_LINES.get(key)
+    if found is not None:
+        return found.lines
+    lines = tuple(_tool_signature_lines(tools))  # the caller's errors, named as they are
+    # marshal also writes any object with the buffer protocol as bytes: an entry is made only
+    # where the values marshal reads back give these lines too (bytes are not JSON), so no
+    # other value with these bytes can ever take them.
+    try:
+        again = tuple(_tool_signature_lines(marshal.loads(key[0])))
+    except PromptError:
+        return lines
+    if again == lines:
+        _TOOL_LINES.put(key, _ToolLines(lines))
+    return lines
 
 
 def _head_fragment(

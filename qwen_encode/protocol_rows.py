@@ -25,13 +25,8 @@ from . import markers as mk
 from .conversation import ToolCall, _plain_parts, _PlainParts, surrogate_problem
 from .errors import PromptError
 from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
-from .protocol_cache import _system_fragment, _tail_fragment
-from .protocol_texts import (
-    _REASONING_INSTRUCTIONS,
-    ReasoningEffort,
-    _tojson,
-    _tool_signature_lines,
-)
+from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
+from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
 
 # Messages past this index go the general path: the shared tuples of an index cost ~3 kB, kept
 # for the life of the process (short rows reach ~10, agent trajectories a few hundred).
@@ -186,7 +181,7 @@ def _render_plain(
     if last_query < 0 or (system is not None and _bad(system)):
         return None
     try:
-        tool_lines = () if tools is None else _tool_signature_lines(tools)
+        tool_lines = _tool_lines(tools)
     except PromptError:
         return None
     segs: list[_Seg] = []

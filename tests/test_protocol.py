@@ -1014,3 +1014,76 @@ def test_fused_renderer_agrees_with_the_general_path_on_hostile_rows(messages, o
     field, every option: the same prompt, or the same error found first."""
     fused, general = _fused_and_general(messages, **options)
     assert fused == general
+
+
+# -- the tools lists' JSON lines, remembered by content --------------------------------------
+
+
+def _lines_of(tools: Any) -> tuple[str, ...]:
+    """The tools block's JSON lines as the template writes them (json.dumps of each tool,
+    transformers' tojson), read from a rendered prompt."""
+    prompt = qe.format_prompt([{"role": "user", "content": "q"}], tools=tools)
+    system = [s for s in prompt.segments if isinstance(s, qe.Text) and s.turn < 0]
+    return tuple(s.text for s in system if s.field)
+
+
+def test_tools_lines_are_remembered_by_content_and_only_by_content() -> None:
+    from qwen_encode import protocol
+
+    def tool(parameters: Any) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": "f", "parameters": parameters}}
+
+    protocol.clear_render_cache()
+    try:
+        tools = [tool({"n": 1, "s": "x"})]
+        first = _lines_of(tools)
+        assert first == (json.dumps(tools[0], ensure_ascii=False),)
+        again = _lines_of(json.loads(json.dumps(tools)))  # equal content, other objects
+        info = protocol.render_cache_info()
+        assert again == first and (info["tools_entries"], info["tools_hits"]) == (1, 1)
+        # The same list mutated in place, and values that compare equal but are written
+        # differently (True == 1 == 1.0; key order), each get their own lines.
+        tools[0]["function"]["parameters"]["n"] = 2
+        variants = [
+            tools,
+            [tool({"n": True, "s": "x"})],
+            [tool({"n": 1.0, "s": "x"})],
+            [tool({"s": "x", "n": 1})],
+            [tool({"n": "1", "s": "x"})],
+        ]
+        for variant in variants:
+            assert _lines_of(variant) == (json.dumps(variant[0], ensure_ascii=False),)
+        assert protocol.render_cache_info()["tools_entries"] == 1 + len(variants)
+        # A tuple is written as a list: the same lines (another entry, the same block).
+        assert _lines_of([tool({"n": (1, 2)})]) == _lines_of([tool({"n": [1, 2]})])
+    finally:
+        protocol.clear_render_cache()
+
+
+def test_tools_lines_of_values_marshal_reads_back_otherwise_are_not_remembered() -> None:
+    """marshal writes anything with the buffer protocol as bytes: such a list is encoded every
+    time, and refused as JSON refuses it."""
+    from qwen_encode import protocol
+
+    protocol.clear_render_cache()
+    try:
+        for value in (b"ab", bytearray(b"ab"), memoryview(b"ab")):
+            tools = [{"type": "function", "function": {"name": "f", "x": value}}]
+            with pytest.raises(qe.PromptError, match="not JSON-serialisable") as raised:
+                qe.format_prompt([{"role": "user", "content": "q"}], tools=tools)
+            assert raised.value.field == "tools[0]"
+
+        class Schema(dict):  # type: ignore[type-arg]
+            pass
+
+        subclassed = [Schema(type="function", function={"name": "f"})]
+        assert _lines_of(subclassed) == (json.dumps(subclassed[0]),)
+        # Where what marshal reads back would not give the same lines (a buffer that is also
+        # JSON-encodable; none is in Python 3.11, so made here), no entry is made.
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        other = [{"type": "function", "function": {"name": "g"}}]
+        with mock.patch("qwen_encode.protocol_cache.marshal.loads", lambda data: other):
+            assert _lines_of(tools) == (json.dumps(tools[0]),)
+        assert protocol.render_cache_info()["tools_entries"] == 0
+    finally:
+        protocol.clear_render_cache()
