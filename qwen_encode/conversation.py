@@ -279,6 +279,7 @@ _PLAIN_NAME: Final = re.compile(
 # Argument values that nest no object or array (depth 1: always within MAX_JSON_DEPTH).
 _FLAT_VALUES: Final = frozenset({str, int, float, bool, type(None)})
 _new = object.__new__
+_ABSENT: Final = object()
 # The slots' own setters: a frozen dataclass's __setattr__ refuses, and __init__ would run the
 # checks again.
 _set_role, _set_content, _set_reasoning, _set_calls, _set_call_id, _set_name = (
@@ -301,11 +302,18 @@ def _plain_parts(message: Any) -> _PlainParts | None:
     if type(message) is not dict:
         return None
     get = message.get
-    role, content = get("role"), get("content")
+    role, content = get("role"), get("content", _ABSENT)
     if type(role) is not str or role not in _ROLE_SET:
         return None
-    if content is not None and type(content) is not str:
-        return None
+    others = len(message) - 1  # keys besides the role and the content
+    if content is _ABSENT:
+        content = None
+    else:
+        others -= 1
+        if content is not None and type(content) is not str:
+            return None
+    if not others:  # most messages of a data set: nothing else to read
+        return role, content, None, (), None, None
     reasoning = None
     for key in REASONING_FIELDS:
         value = get(key)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from . import markers as mk
-from .conversation import ToolCall, _plain_parts, _PlainParts, surrogate_problem
+from .conversation import ToolCall, _plain_parts, _PlainParts
 from .errors import PromptError
 from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
 from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
@@ -125,10 +125,10 @@ class _Shared:
 _TABLE: list[_Shared] = []
 
 
-def _shared(i: int) -> _Shared:
-    while len(_TABLE) <= i:  # appends only: a racing thread makes an equal entry at worst
+def _share(count: int) -> None:
+    """Make the shared tuples of the first ``count`` message indices."""
+    while len(_TABLE) < count:  # appends only: a racing thread makes an equal entry at worst
         _TABLE.append(_Shared(len(_TABLE)))
-    return _TABLE[i]
 
 
 # The reasoning instruction of each effort the template accepts, by the values a caller passes
@@ -178,7 +178,7 @@ def _render_plain(
     last_query = _last_query(rows)
     has_system = rows[0][0] == "system"
     system = rows[0][1] if has_system else None
-    if last_query < 0 or (system is not None and _bad(system)):
+    if last_query < 0 or (system is not None and not system.isascii() and _bad(system)):
         return None
     try:
         tool_lines = _tool_lines(tools)
@@ -238,7 +238,13 @@ def _last_query(rows: list[_PlainParts]) -> int:
 
 
 def _bad(text: str) -> bool:
-    return not text.isascii() and surrogate_problem(text) is not None
+    """Whether non-ASCII ``text`` holds a lone surrogate (``surrogate_problem``, which the
+    general path raises with; callers test ``isascii()`` first, in C)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _render_turns(
@@ -251,27 +257,29 @@ def _render_turns(
     """Each turn's segments and runs, as ``protocol_plain`` writes them; False on a lone
     surrogate or a value that is not JSON (the general path names it)."""
     last = len(rows) - 1
+    _share(len(rows))
+    table = _TABLE
     for i, (role, content, reasoning, calls, _, _) in enumerate(rows):
+        if role == "system":
+            continue  # message 0: the head renders it
+        if content is None:
+            content = ""  # renders as empty content does, in every role
+        elif not content.isascii() and _bad(content):
+            return False
         if role == "user":
-            if content is not None and _bad(content):
-                return False
-            _user(segs, runs, "" if content is None else content.strip(), i)
+            _user(segs, runs, content.strip(), i, table[i])
         elif role == "assistant":
-            if not _assistant(
-                segs, runs, content, reasoning, calls, i, preserve_thinking or i > last_query
-            ):
+            keep = preserve_thinking or i > last_query
+            if not _assistant(segs, runs, content.strip(), reasoning, calls, i, keep, table[i]):
                 return False
-        elif role == "tool":
-            if content is not None and _bad(content):
-                return False
+        else:
             opens = rows[i - 1][0] != "tool"
             closes = i == last or rows[i + 1][0] != "tool"
-            _tool(segs, runs, "" if content is None else content.strip(), i, opens, closes)
+            _tool(segs, runs, content.strip(), i, opens, closes, table[i])
     return True
 
 
-def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int) -> None:
-    s = _shared(i)
+def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int, s: _Shared) -> None:
     if text:
         segs += (s.s_open, s.s_user, (text, i, False, "content"), s.s_close_u, s.nl_u)
         runs += (s.r_open, (_RUN_TEXT, "user\n" + text, i, False, None), s.r_close_u, s.r_nl_u)
@@ -280,10 +288,11 @@ def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int) -> None:
         runs += (s.r_open, s.r_user, s.r_close_u, s.r_nl_u)
 
 
-def _tool(segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, closes: bool) -> None:
+def _tool(
+    segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, closes: bool, s: _Shared
+) -> None:
     # Template lines 160-172: consecutive results share one user turn, each in its own
     # '\n<tool_response>\n' … '\n</tool_response>' span.
-    s = _shared(i)
     if opens:
         segs += (s.s_open, s.s_user)
         runs += (s.r_open, s.r_user)
@@ -306,24 +315,23 @@ def _tool(segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, cl
 def _assistant(
     segs: list[_Seg],
     runs: list[_Run],
-    content: str | None,
+    text: str,
     reasoning: str | None,
     calls: tuple[ToolCall, ...],
     i: int,
     keep_reasoning: bool,
+    s: _Shared,
 ) -> bool:
-    # As _plain_assistant: '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content.
-    text = "" if content is None else content.strip()
-    if (content is not None and _bad(content)) or (
-        keep_reasoning and reasoning is not None and _bad(reasoning)
-    ):
-        return False
-    s = _shared(i)
+    """As ``_plain_assistant``, of the trimmed content ``text``; False on a lone surrogate in
+    the reasoning or the calls, or a value that is not JSON."""
+    # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
     segs += (s.s_open, s.s_assistant)
     runs.append(s.r_open)
     parts: Any = None
     if keep_reasoning:
         thought = "" if reasoning is None else reasoning.strip()
+        if not thought.isascii() and _bad(thought):
+            return False
         if thought:
             segs += (s.s_think_open, s.nl_t, (thought, i, True, "reasoning_content"), s.nl_t)
             runs += (
@@ -378,7 +386,7 @@ def _calls(
                 except Exception:  # whatever it is, the general path raises it
                     return False
             if value:
-                if _bad(value):
+                if not value.isascii() and _bad(value):
                     return False
                 segs += (s.gt_nl_t, (value, i, True, field))
                 state = 1
