@@ -382,7 +382,9 @@ def _calls(
             segs += (s.after_param[state], (key, i, True, field))
             if not isinstance(value, str):
                 try:
-                    value = _tojson(value, field)
+                    # json writes an int as its repr (and refuses one past the digit limit,
+                    # as repr does); anything else through the template's tojson.
+                    value = repr(value) if type(value) is int else _tojson(value, field)
                 except Exception:  # whatever it is, the general path raises it
                     return False
             if value:
