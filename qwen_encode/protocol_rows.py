@@ -18,6 +18,7 @@ differential tests in test_protocol check segments, runs and head on every shape
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -125,10 +126,15 @@ class _Shared:
 _TABLE: list[_Shared] = []
 
 
+_TABLE_LOCK = threading.Lock()
+
+
 def _share(count: int) -> None:
-    """Make the shared tuples of the first ``count`` message indices."""
-    while len(_TABLE) < count:  # appends only: a racing thread makes an equal entry at worst
-        _TABLE.append(_Shared(len(_TABLE)))
+    """Make the shared tuples of the first ``count`` message indices. Readers take entries
+    below ``len(_TABLE)`` without the lock: the table only grows, one entry at a time."""
+    with _TABLE_LOCK:  # two threads growing it at once would each append index n
+        while len(_TABLE) < count:
+            _TABLE.append(_Shared(len(_TABLE)))
 
 
 # The reasoning instruction of each effort the template accepts, by the values a caller passes
@@ -257,8 +263,9 @@ def _render_turns(
     """Each turn's segments and runs, as ``protocol_plain`` writes them; False on a lone
     surrogate or a value that is not JSON (the general path names it)."""
     last = len(rows) - 1
-    _share(len(rows))
     table = _TABLE
+    if len(table) < len(rows):
+        _share(len(rows))
     for i, (role, content, reasoning, calls, _, _) in enumerate(rows):
         if role == "system":
             continue  # message 0: the head renders it

@@ -1087,3 +1087,31 @@ def test_tools_lines_of_values_marshal_reads_back_otherwise_are_not_remembered()
         assert protocol.render_cache_info()["tools_entries"] == 0
     finally:
         protocol.clear_render_cache()
+
+
+def test_fused_renderer_shared_tuples_are_made_once_per_index_across_threads() -> None:
+    import sys
+    import threading
+
+    from qwen_encode import protocol_rows
+
+    saved, interval = list(protocol_rows._TABLE), sys.getswitchinterval()
+    protocol_rows._TABLE.clear()
+    start = threading.Barrier(8)
+
+    def grow(count: int) -> None:
+        start.wait()
+        protocol_rows._share(count)
+
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=grow, args=(40 + 10 * n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        table = protocol_rows._TABLE
+        assert [entry.s_open[1] for entry in table] == list(range(110))
+    finally:
+        sys.setswitchinterval(interval)
+        protocol_rows._TABLE[:] = saved
