@@ -101,8 +101,7 @@ def format_prompt(
     ``continue_final_message`` leaves the final turn open after its content, for the model to
     continue (then ``add_generation_prompt`` is ignored).
     """
-    prompt = _render_plain(
-        turns,
+    options = (
         tools,
         enable_thinking,
         reasoning_effort,
@@ -111,20 +110,12 @@ def format_prompt(
         add_vision_id,
         continue_final_message,
     )
+    # Plain message dicts are rendered in one pass; anything else, and every error, here.
+    prompt = _render_plain(turns, *options)
     if prompt is not None:
         return prompt
     turns = turns_from_messages(turns)
-    head, layouts, tail, _, _ = _plan(
-        turns,
-        tools,
-        enable_thinking,
-        reasoning_effort,
-        preserve_thinking,
-        add_generation_prompt,
-        add_vision_id,
-        continue_final_message,
-        None,
-    )
+    head, layouts, tail, _, _ = _plan(turns, *options, None)
     assert head is not None
     # Runs never cross a turn (each starts on a marker, or on text after the marker that ended
     # the turn before), so each turn's runs are made with it and the lists concatenate. The

@@ -77,35 +77,29 @@ class _Shared:
     )
 
     def __init__(self, i: int) -> None:
-        def seg(text: str, trained: bool, marker: bool = False) -> _Seg:
-            return (text, i, trained, _MARKER if marker else None)
+        def seg(text: str, trained: bool) -> _Seg:
+            return (text, i, trained, None)
 
-        def run(text: str, trained: bool, marker: bool = False) -> _Run:
-            return (_RUN_MARKER if marker else _RUN_TEXT, text, i, trained, None)
+        def both(text: str, trained: bool, marker: bool = False) -> tuple[_Seg, _Run]:
+            """The segment and the run of a text or a marker alone."""
+            kind, field = (_RUN_MARKER, _MARKER) if marker else (_RUN_TEXT, None)
+            return (text, i, trained, field), (kind, text, i, trained, None)
 
-        self.s_open, self.r_open = seg(mk.TURN_OPEN, False, True), run(mk.TURN_OPEN, False, True)
-        self.s_close_u = seg(mk.TURN_CLOSE, False, True)
-        self.r_close_u = run(mk.TURN_CLOSE, False, True)
-        self.s_close_t = seg(mk.TURN_CLOSE, True, True)
-        self.r_close_t = run(mk.TURN_CLOSE, True, True)
-        self.s_user, self.r_user = seg("user\n", False), run("user\n", False)
-        self.s_assistant, self.r_assistant = seg("assistant\n", False), run("assistant\n", False)
-        self.nl_u, self.r_nl_u = seg("\n", False), run("\n", False)
-        self.nl_t, self.r_nl_t = seg("\n", True), run("\n", True)
-        self.nlnl_t, self.r_nlnl_t = seg("\n\n", True), run("\n\n", True)
-        self.r_nlnl_u = run("\n\n", False)
-        self.s_think_open = seg(mk.THINK_OPEN, True, True)
-        self.r_think_open = run(mk.THINK_OPEN, True, True)
-        self.s_think_close = seg(mk.THINK_CLOSE, True, True)
-        self.r_think_close = run(mk.THINK_CLOSE, True, True)
-        self.s_call_open = seg(mk.TOOL_CALL_OPEN, True, True)
-        self.r_call_open = run(mk.TOOL_CALL_OPEN, True, True)
-        self.s_call_close = seg(mk.TOOL_CALL_CLOSE, True, True)
-        self.r_call_close = run(mk.TOOL_CALL_CLOSE, True, True)
-        self.s_response_open = seg(mk.TOOL_RESPONSE_OPEN, False, True)
-        self.r_response_open = run(mk.TOOL_RESPONSE_OPEN, False, True)
-        self.s_response_close = seg(mk.TOOL_RESPONSE_CLOSE, False, True)
-        self.r_response_close = run(mk.TOOL_RESPONSE_CLOSE, False, True)
+        self.s_open, self.r_open = both(mk.TURN_OPEN, False, True)
+        self.s_close_u, self.r_close_u = both(mk.TURN_CLOSE, False, True)
+        self.s_close_t, self.r_close_t = both(mk.TURN_CLOSE, True, True)
+        self.s_user, self.r_user = both("user\n", False)
+        self.s_assistant, self.r_assistant = both("assistant\n", False)
+        self.nl_u, self.r_nl_u = both("\n", False)
+        self.nl_t, self.r_nl_t = both("\n", True)
+        self.nlnl_t, self.r_nlnl_t = both("\n\n", True)
+        self.r_nlnl_u = both("\n\n", False)[1]
+        self.s_think_open, self.r_think_open = both(mk.THINK_OPEN, True, True)
+        self.s_think_close, self.r_think_close = both(mk.THINK_CLOSE, True, True)
+        self.s_call_open, self.r_call_open = both(mk.TOOL_CALL_OPEN, True, True)
+        self.s_call_close, self.r_call_close = both(mk.TOOL_CALL_CLOSE, True, True)
+        self.s_response_open, self.r_response_open = both(mk.TOOL_RESPONSE_OPEN, False, True)
+        self.s_response_close, self.r_response_close = both(mk.TOOL_RESPONSE_CLOSE, False, True)
         # The header (untrained) and the content (trained) of an assistant turn without its
         # reasoning span are one run of two parts.
         self.header_parts = ((0, i, False), (len("assistant\n"), i, True))
