@@ -91,6 +91,12 @@ class _RenderCache(Generic[_Entry]):
                 old_key, old = self._entries.popitem(last=False)
                 self._bytes -= old.size + _key_size(old_key)
 
+    def drop(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry.size + _key_size(key)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
@@ -109,17 +115,44 @@ class _RenderCache(Generic[_Entry]):
 
 
 class _ToolLines:
-    """The tools block's JSON lines (``_tool_signature_lines``) of one tools list."""
+    """The tools block's JSON lines (``_tool_signature_lines``) of one tools list, and whether
+    what ``marshal`` reads back from its key gives them too (checked on the first hit)."""
 
-    __slots__ = ("lines", "size")
+    __slots__ = ("checked", "lines", "size")
 
     def __init__(self, lines: tuple[str, ...]) -> None:
         self.lines = lines
-        self.size = sum(len(line) + 64 for line in lines)
+        self.checked = False
+        self.size = sum(map(len, lines)) + 64 * len(lines)
+
+
+class _MissRun:
+    """When to stop keying tools lists: a data set whose every row carries its own tools (as
+    function-calling sets often do) never hits, and its key and entry cost a third again of
+    encoding the tools. After ``run`` misses in a row, only one list in ``probe`` is looked up
+    (the others are encoded directly) until a lookup hits again. What is rendered never
+    depends on it; the counts are approximate under threads, which costs nothing but a
+    lookup more or less."""
+
+    __slots__ = ("misses", "probe", "run", "skipped")
+
+    def __init__(self, run: int, probe: int) -> None:
+        self.run, self.probe = run, probe
+        self.misses = self.skipped = 0
+
+    def skip(self) -> bool:
+        if self.misses < self.run:
+            return False
+        self.skipped += 1
+        return self.skipped % self.probe != 0
+
+    def count(self, missed: bool) -> None:
+        self.misses = self.misses + 1 if missed else 0
 
 
 _RENDER_CACHE: _RenderCache[_Fragment] = _RenderCache(16 << 20)
 _TOOL_LINES: _RenderCache[_ToolLines] = _RenderCache(4 << 20)
+_TOOL_MISSES = _MissRun(64, 16)
 
 
 def render_cache_info() -> dict[str, int]:
@@ -136,6 +169,7 @@ def clear_render_cache() -> None:
     counts)."""
     _RENDER_CACHE.clear()
     _TOOL_LINES.clear()
+    _TOOL_MISSES.misses = 0
 
 
 def _tool_lines(tools: Any) -> Sequence[str]:
@@ -143,33 +177,41 @@ def _tool_lines(tools: Any) -> Sequence[str]:
 
     The rows of a data set carry equal tools lists as different objects, and the system turn
     is cached by these lines: encoding each tool to JSON for every row, to find the rendered
-    block, was most of the cost of a row with tools. A list of plain values (dicts, lists,
-    strings, numbers, bools, None, of those exact types) is keyed instead by its ``marshal``
-    bytes, a third of the cost: marshal writes the values with their exact types and in order
-    (True, 1 and 1.0 differ; so does key order), and ``marshal.loads`` reads them back, so equal
-    bytes are equal content, whose JSON lines are equal. Version 2: no back-references, which
-    would depend on object identity. Anything marshal cannot write (another type, a subclass)
-    is encoded as before."""
+    block, was most of the cost of a row with tools. A list is keyed instead by its ``marshal``
+    bytes, a third of the cost: marshal writes dicts, lists, strings, numbers, bools and None
+    of exactly those types (a subclass is refused), each with its type and in order (True, 1
+    and 1.0 differ; so does key order), and ``marshal.loads`` reads them back, so equal bytes
+    are equal content, whose JSON lines are equal. Version 2: no back-references, which would
+    depend on object identity. Anything marshal refuses is encoded as before.
+
+    marshal also writes any object with the buffer protocol as bytes, which JSON refuses: an
+    entry is used only once what marshal reads back from its key is seen to give its lines
+    (then no such object can share the key), checked on its first hit, so that a data set
+    whose every row has its own tools pays for no check."""
     if type(tools) is not list or not tools:
         return [] if tools is None else _tool_signature_lines(tools)
+    if _TOOL_MISSES.skip():
+        return _tool_signature_lines(tools)
     try:
         key = (marshal.dumps(tools, 2),)
     except (ValueError, TypeError, RecursionError):  # not marshal's types, or too deep for it
         return _tool_signature_lines(tools)
     found = _TOOL_LINES.get(key)
-    if found is not None:
-        return found.lines
-    lines = tuple(_tool_signature_lines(tools))  # the caller's errors, named as they are
-    # marshal also writes any object with the buffer protocol as bytes: an entry is made only
-    # where the values marshal reads back give these lines too (bytes are not JSON), so no
-    # other value with these bytes can ever take them.
-    try:
-        again = tuple(_tool_signature_lines(marshal.loads(key[0])))
-    except PromptError:
-        return lines
-    if again == lines:
+    _TOOL_MISSES.count(found is None)
+    if found is None:
+        lines = tuple(_tool_signature_lines(tools))  # the caller's errors, named as they are
         _TOOL_LINES.put(key, _ToolLines(lines))
-    return lines
+        return lines
+    if not found.checked:
+        try:
+            read_back = tuple(_tool_signature_lines(marshal.loads(key[0])))
+        except PromptError:
+            read_back = None
+        if read_back != found.lines:
+            _TOOL_LINES.drop(key)
+            return _tool_signature_lines(tools)
+        found.checked = True
+    return found.lines
 
 
 def _head_fragment(

@@ -1079,12 +1079,15 @@ def test_tools_lines_of_values_marshal_reads_back_otherwise_are_not_remembered()
         subclassed = [Schema(type="function", function={"name": "f"})]
         assert _lines_of(subclassed) == (json.dumps(subclassed[0]),)
         # Where what marshal reads back would not give the same lines (a buffer that is also
-        # JSON-encodable; none is in Python 3.11, so made here), no entry is made.
+        # JSON-encodable; none is in Python 3.11, so made here), the entry is never used: the
+        # first hit finds it out and drops it.
         tools = [{"type": "function", "function": {"name": "f"}}]
         other = [{"type": "function", "function": {"name": "g"}}]
         with mock.patch("qwen_encode.protocol_cache.marshal.loads", lambda data: other):
             assert _lines_of(tools) == (json.dumps(tools[0]),)
-        assert protocol.render_cache_info()["tools_entries"] == 0
+            assert protocol.render_cache_info()["tools_entries"] == 1
+            assert _lines_of(list(tools)) == (json.dumps(tools[0]),)
+            assert protocol.render_cache_info()["tools_entries"] == 0
     finally:
         protocol.clear_render_cache()
 
@@ -1115,3 +1118,50 @@ def test_fused_renderer_shared_tuples_are_made_once_per_index_across_threads() -
     finally:
         sys.setswitchinterval(interval)
         protocol_rows._TABLE[:] = saved
+
+
+def test_tools_lists_stop_being_keyed_where_every_row_has_its_own_and_resume_on_a_hit() -> None:
+    from qwen_encode import protocol
+    from qwen_encode.protocol_cache import _TOOL_MISSES
+
+    def tools(n: int) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": f"f{n}"}}]
+
+    run, probe = _TOOL_MISSES.run, _TOOL_MISSES.probe
+    protocol.clear_render_cache()
+    try:
+        for n in range(run + 2 * probe):
+            assert _lines_of(tools(n)) == (json.dumps(tools(n)[0]),)
+        info = protocol.render_cache_info()
+        assert (info["tools_misses"], info["tools_hits"]) == (run + 2, 0)  # two probes
+        # The last probe's list again: found at the next probe, then looked up every time.
+        last = tools(run + 2 * probe - 1)
+        for _ in range(probe + 4):
+            assert _lines_of(last) == (json.dumps(last[0]),)
+        assert protocol.render_cache_info()["tools_hits"] == 5
+    finally:
+        protocol.clear_render_cache()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(TEXT | HOSTILE_TEXT, JSON_LIKE, max_size=4))
+def test_tool_lines_are_what_json_dumps_writes_or_its_refusal(tool) -> None:
+    """The tools block's lines come from one C encoder built once (no circular-reference
+    markers): the same text as json.dumps(tool, ensure_ascii=False), transformers' tojson, and
+    where that refuses a tool, the same error as before."""
+    from qwen_encode.json_text import json_depth_problem
+    from qwen_encode.protocol_texts import _tool_signature_lines
+
+    try:
+        expected: object = [json.dumps(tool, ensure_ascii=False)]
+    except (TypeError, ValueError, RecursionError) as error:
+        expected = error
+    if json_depth_problem(tool) is not None:
+        expected = "deep"
+    try:
+        lines: object = _tool_signature_lines([tool])
+    except qe.PromptError as error:
+        assert not isinstance(expected, list)
+        assert ("nests more than" in error.reason) == (expected == "deep")
+        return
+    assert lines == expected
