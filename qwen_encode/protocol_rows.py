@@ -106,20 +106,14 @@ class _Shared:
         # A call's protocol text is joined with what follows it (the builder joins consecutive
         # protocol texts): what comes before a parameter, and the function's end, after the
         # name (0), after a value (1), after an empty value (2).
-        closing = ("", "\n</parameter>\n", ">\n\n</parameter>\n")
+        before = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
         self.function = seg("\n<function=", True)
         self.gt_nl_t = seg(">\n", True)
-        self.after_param = tuple(
-            seg(before + "<parameter=", True) for before in (">\n", *closing[1:])
-        )
-        self.end_function = tuple(
-            seg(before + "</function>\n", True) for before in (">\n", *closing[1:])
-        )
+        self.after_param = tuple(seg(text + "<parameter=", True) for text in before)
+        self.end_function = tuple(seg(text + "</function>\n", True) for text in before)
 
 
 _TABLE: list[_Shared] = []
-
-
 _TABLE_LOCK = threading.Lock()
 
 
@@ -180,16 +174,16 @@ def _render_plain(
     system = rows[0][1] if has_system else None
     if last_query < 0 or (system is not None and not system.isascii() and _bad(system)):
         return None
-    try:
-        tool_lines = _tool_lines(tools)
-    except PromptError:
-        return None
     segs: list[_Seg] = []
     runs: list[_Run] = []
     if not _render_turns(segs, runs, rows, preserve_thinking, last_query):
         return None
-    # Nothing touches the render cache before the conversation is known to render: a refused
-    # one is rendered again by the general path, and counted once.
+    # The caches are touched only once the turns are known to render: a conversation refused
+    # here is rendered again by the general path, and counted in render_cache_info once.
+    try:
+        tool_lines = _tool_lines(tools)
+    except PromptError:
+        return None
     head = _system_fragment(has_system, system, instruction, tool_lines, add_vision_id)
     tail = _tail_fragment(add_generation_prompt, False, enable_thinking)
     # Tuples, not lists: a tuple that holds only untracked tuples leaves the garbage collector
