@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -314,6 +314,17 @@ def _plain_parts(message: Any) -> _PlainParts | None:
             return None
     if not others:  # most messages of a data set: nothing else to read
         return role, content, None, (), None, None
+    if others == 1 and role == "assistant":
+        # An answer with its reasoning, the other common shape: that key alone besides.
+        reasoning = get("reasoning_content")
+        if type(reasoning) is str:
+            return role, content, reasoning, (), None, None
+    return _plain_rest(get, role, content)
+
+
+def _plain_rest(get: Callable[[str], Any], role: str, content: str | None) -> _PlainParts | None:
+    """``_plain_parts`` of a message with other keys than its role and content (``get`` is
+    its ``dict.get``)."""
     reasoning = None
     for key in REASONING_FIELDS:
         value = get(key)

@@ -316,6 +316,9 @@ _PLAIN_SHAPES: list[dict] = [
     {"content": "", "role": "assistant"},
     {"role": "user", "content": "q", "weight": [1]},
     {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": None},
+    {"role": "assistant", "reasoning_content": " r "},
+    {"role": "assistant", "content": "a", "reasoning_content": None},
+    {"role": "assistant", "content": "a", "thinking": "r"},
     {
         "role": "assistant",
         "content": "",
