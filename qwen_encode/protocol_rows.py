@@ -29,8 +29,9 @@ from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
 from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
 from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
 
-# Messages past this index go the general path: the shared tuples of an index cost ~3 kB, kept
-# for the life of the process (short rows reach ~10, agent trajectories a few hundred).
+# Conversations longer than this go the general path: the shared tuples of an index cost ~4 kB
+# (1 MB for all), kept for the life of the process (short rows reach ~10 messages, agent
+# trajectories a few hundred).
 _TABLE_SIZE: Final = 256
 
 
