@@ -23,7 +23,8 @@ from .errors import PromptError, shown
 from .prompt import _RUN_TEXT, Prompt, Segment, Special, Text, _Builder, _Run, _runs_of, _Seg
 
 # The rooms of prompt construction, re-exported here: the protocol's texts, one turn's rendering,
-# the render cache of system turns and primers, and the fast renderers of the common turn shapes.
+# the render cache of system turns and primers, the fast renderers of the common turn shapes,
+# and the fused renderer of whole rows of plain message dicts.
 from .protocol_cache import _Fragment, _head_fragment, _tail_fragment, _tool_lines
 from .protocol_cache import clear_render_cache as clear_render_cache  # the docs name it here
 from .protocol_cache import render_cache_info as render_cache_info
