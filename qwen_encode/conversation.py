@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -279,6 +279,7 @@ _PLAIN_NAME: Final = re.compile(
 # Argument values that nest no object or array (depth 1: always within MAX_JSON_DEPTH).
 _FLAT_VALUES: Final = frozenset({str, int, float, bool, type(None)})
 _new = object.__new__
+_ABSENT: Final = object()
 # The slots' own setters: a frozen dataclass's __setattr__ refuses, and __init__ would run the
 # checks again.
 _set_role, _set_content, _set_reasoning, _set_calls, _set_call_id, _set_name = (
@@ -290,16 +291,40 @@ _set_call_name, _set_arguments, _set_id, _set_undeclared = (
 )
 
 
-def _plain_turn(message: Any) -> Turn | None:
-    """The Turn of a plain message dict, or None when the general path must read it."""
+_PlainParts: TypeAlias = tuple[str, str | None, str | None, tuple[ToolCall, ...], Any, Any]
+
+
+def _plain_parts(message: Any) -> _PlainParts | None:
+    """What a plain message dict holds, ``(role, content, reasoning, tool_calls, tool_call_id,
+    name)``, as its Turn would hold it; None when the general path must read it. One reader
+    for ``_plain_turn`` and for the protocol's fused renderer of plain rows, so both take
+    exactly the same messages."""
     if type(message) is not dict:
         return None
     get = message.get
-    role, content = get("role"), get("content")
+    role, content = get("role"), get("content", _ABSENT)
     if type(role) is not str or role not in _ROLE_SET:
         return None
-    if content is not None and type(content) is not str:
-        return None
+    others = len(message) - 1  # keys besides the role and the content
+    if content is _ABSENT:
+        content = None
+    else:
+        others -= 1
+        if content is not None and type(content) is not str:
+            return None
+    if not others:  # most messages of a data set: nothing else to read
+        return role, content, None, (), None, None
+    if others == 1 and role == "assistant":
+        # An answer with its reasoning, the other common shape: that key alone besides.
+        reasoning = get("reasoning_content")
+        if type(reasoning) is str:
+            return role, content, reasoning, (), None, None
+    return _plain_rest(get, role, content)
+
+
+def _plain_rest(get: Callable[[str], Any], role: str, content: str | None) -> _PlainParts | None:
+    """``_plain_parts`` of a message with other keys than its role and content (``get`` is
+    its ``dict.get``)."""
     reasoning = None
     for key in REASONING_FIELDS:
         value = get(key)
@@ -325,13 +350,21 @@ def _plain_turn(message: Any) -> Turn | None:
         return None
     if role != "assistant" and (calls or reasoning is not None):
         return None
+    return role, content, reasoning, calls, call_id, name
+
+
+def _plain_turn(message: Any) -> Turn | None:
+    """The Turn of a plain message dict, or None when the general path must read it."""
+    parts = _plain_parts(message)
+    if parts is None:
+        return None
     turn: Turn = _new(Turn)
-    _set_role(turn, role)
-    _set_content(turn, content)
-    _set_reasoning(turn, reasoning)
-    _set_calls(turn, calls)
-    _set_call_id(turn, call_id)
-    _set_name(turn, name)
+    _set_role(turn, parts[0])
+    _set_content(turn, parts[1])
+    _set_reasoning(turn, parts[2])
+    _set_calls(turn, parts[3])
+    _set_call_id(turn, parts[4])
+    _set_name(turn, parts[5])
     return turn
 
 

@@ -23,15 +23,16 @@ from .errors import PromptError, shown
 from .prompt import _RUN_TEXT, Prompt, Segment, Special, Text, _Builder, _Run, _runs_of, _Seg
 
 # The rooms of prompt construction, re-exported here: the protocol's texts, one turn's rendering,
-# the render cache of system turns and primers, and the fast renderers of the common turn shapes.
-from .protocol_cache import _Fragment, _head_fragment, _tail_fragment
+# the render cache of system turns and primers, the fast renderers of the common turn shapes,
+# and the fused renderer of whole rows of plain message dicts.
+from .protocol_cache import _Fragment, _head_fragment, _tail_fragment, _tool_lines
 from .protocol_cache import clear_render_cache as clear_render_cache  # the docs name it here
 from .protocol_cache import render_cache_info as render_cache_info
 from .protocol_plain import _plain_assistant, _plain_tool, _plain_user
+from .protocol_rows import _render_plain
 from .protocol_texts import (
     _REASONING_INSTRUCTIONS,
     ReasoningEffort,
-    _tool_signature_lines,
     reasoning_effort_from_scale,
     reasoning_instruction,
     serialize_tool_signatures,
@@ -101,9 +102,7 @@ def format_prompt(
     ``continue_final_message`` leaves the final turn open after its content, for the model to
     continue (then ``add_generation_prompt`` is ignored).
     """
-    turns = turns_from_messages(turns)
-    head, layouts, tail, _, _ = _plan(
-        turns,
+    options = (
         tools,
         enable_thinking,
         reasoning_effort,
@@ -111,8 +110,13 @@ def format_prompt(
         add_generation_prompt,
         add_vision_id,
         continue_final_message,
-        None,
     )
+    # Plain message dicts are rendered in one pass; anything else, and every error, here.
+    prompt = _render_plain(turns, *options)
+    if prompt is not None:
+        return prompt
+    turns = turns_from_messages(turns)
+    head, layouts, tail, _, _ = _plan(turns, *options, None)
     assert head is not None
     # Runs never cross a turn (each starts on a marker, or on text after the marker that ended
     # the turn before), so each turn's runs are made with it and the lists concatenate. The
@@ -257,7 +261,7 @@ def _plan(
     ):
         previous = None  # continuing rewrites the last turn's layout and the last query rule
     if previous is None:
-        tool_lines = [] if tools is None else _tool_signature_lines(tools)
+        tool_lines = _tool_lines(tools)
 
     last = len(turns) - 1
     if continue_final_message:

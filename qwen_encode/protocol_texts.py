@@ -6,7 +6,7 @@ tools block with its one-JSON-object-per-line tool signatures (template lines 46
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -111,6 +111,35 @@ _TOOLS_TAIL_PARTS = _protocol_parts(_TOOLS_TAIL)
 # json.dumps with any non-default option builds a JSONEncoder per call (a third of its time on a
 # small tool); this one is built once (JSONEncoder keeps no state between calls).
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False).encode
+# And JSONEncoder.encode still builds its C encoder per call (a third of the rest): the tools,
+# encoded for every row that carries them, go through one built once, with the same options
+# and no circular-reference markers, so it holds no state and threads share it. A tool that
+# contains itself then ends in RecursionError, which _tool_signature_lines treats as any
+# failure of this first attempt: the error is named by the checks and the encoder above.
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # CPython's _json accelerator
+_TOOL_CHUNKS: Callable[[Any, int], Sequence[str]] | None = (
+    None
+    if _C_ENCODER is None
+    else _C_ENCODER(
+        None,  # markers
+        json.JSONEncoder().default,  # raises TypeError, as json.dumps does
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ": ",
+        ", ",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+)
+
+
+def _encode_tool(tool: Any) -> str:
+    """``json.dumps(tool, ensure_ascii=False)``; on a tool that contains itself,
+    RecursionError."""
+    if _TOOL_CHUNKS is None:
+        return _JSON_DUMPS(tool)
+    return "".join(_TOOL_CHUNKS(tool, 0))
 
 
 def _tojson(value: Any, field: str) -> str:
@@ -142,7 +171,7 @@ def _tool_signature_lines(tools: Any) -> list[str]:
                 f"a tool must be a JSON object, got {type(tool).__name__}", field=where
             )
         try:
-            line: str | None = _JSON_DUMPS(tool)
+            line: str | None = _encode_tool(tool)
         except (TypeError, ValueError, RecursionError):
             line = None  # named below: too deep first, as a walk before the dump would say
         # Each object or array of the tool writes one "{" or "[": a text with no more of them

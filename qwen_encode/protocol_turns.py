@@ -8,7 +8,7 @@ Comments cite the template line each rule comes from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,7 +253,7 @@ def _system_segments(
     b: _Builder,
     system: Turn | None,
     instruction: str,
-    tool_lines: list[str],
+    tool_lines: Sequence[str],
     add_vision_id: bool,
     index: int = 0,
 ) -> None:

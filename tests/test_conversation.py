@@ -309,6 +309,16 @@ _PLAIN_SHAPES: list[dict] = [
     {"role": "assistant", "content": None, "thinking": "r", "name": "bot"},
     {"role": "assistant", "reasoning": "r", "tool_calls": []},
     {"role": "tool", "content": "t", "tool_call_id": "c1", "name": "f"},
+    # A role and a content alone are read without looking for the other keys; any other key
+    # (unknown ones too, which the general path ignores) sends the message through every check.
+    {"role": "user"},
+    {"role": "tool", "content": None},
+    {"content": "", "role": "assistant"},
+    {"role": "user", "content": "q", "weight": [1]},
+    {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": None},
+    {"role": "assistant", "reasoning_content": " r "},
+    {"role": "assistant", "content": "a", "reasoning_content": None},
+    {"role": "assistant", "content": "a", "thinking": "r"},
     {
         "role": "assistant",
         "content": "",
@@ -355,6 +365,10 @@ _ODD_SHAPES: list = [
     {"content": "x"},
     "user",
     qe.Turn("user", "x"),
+    {"role": "user", "content": b"x"},
+    {"role": "system", "content": ("x",)},
+    {"role": "user", "content": "x", "tool_calls": [{"name": "f"}], "weight": 1},
+    {"role": "assistant", "content": 5, "extra": None},
 ]
 
 

@@ -1,0 +1,397 @@
+"""The fused renderer of plain rows: a conversation of message dicts in the common shapes (string
+content, an assistant's reasoning and tool calls, tool results) read, checked, laid out and
+written into the compact form in one pass, with no ``Turn``, ``TurnLayout`` or builder.
+
+A data job renders thousands of short rows, and there the objects of the general path (a Turn
+per message, a TurnLayout per turn, a tuple per segment and run) cost more than the text: their
+allocation, and the garbage collector walking every one of them. Here the segments and runs
+that do not depend on the caller's text (markers, the protocol's fixed texts) are made once per
+message index and shared by every prompt; a row allocates only the tuples that hold its text.
+
+``_render_plain`` returns None for anything it does not take (a Turn, a content list, an option
+that is not a plain bool, continuing a message, a conversation the template refuses, a lone
+surrogate, a value that is not JSON, more than ``_TABLE_SIZE`` messages): ``format_prompt`` then
+renders through the general path, which raises every error with its own type, message and
+place, in the template's order. What this returns equals what the general path makes (the
+differential tests in test_protocol check segments, runs and head on every shape).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, Final
+
+from . import markers as mk
+from .conversation import ToolCall, _plain_parts, _PlainParts
+from .errors import PromptError
+from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
+from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
+from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
+
+# Conversations longer than this go the general path: the shared tuples of an index cost ~4 kB
+# (1 MB for all), kept for the life of the process (short rows reach ~10 messages, agent
+# trajectories a few hundred).
+_TABLE_SIZE: Final = 256
+
+
+class _Shared:
+    """The segments and runs of message ``i`` that hold no caller text (one per index, made on
+    first use). ``u``: untrained (a turn's header, a user turn, a tool result), ``t``: trained
+    (an assistant's body)."""
+
+    __slots__ = (
+        "after_param",
+        "end_function",
+        "function",
+        "gt_nl_t",
+        "header_parts",
+        "nl_t",
+        "nl_u",
+        "nlnl_t",
+        "r_assistant",
+        "r_call_close",
+        "r_call_open",
+        "r_close_t",
+        "r_close_u",
+        "r_nl_t",
+        "r_nl_u",
+        "r_nlnl_t",
+        "r_nlnl_u",
+        "r_open",
+        "r_response_close",
+        "r_response_open",
+        "r_think_close",
+        "r_think_open",
+        "r_user",
+        "s_assistant",
+        "s_call_close",
+        "s_call_open",
+        "s_close_t",
+        "s_close_u",
+        "s_open",
+        "s_response_close",
+        "s_response_open",
+        "s_think_close",
+        "s_think_open",
+        "s_user",
+    )
+
+    def __init__(self, i: int) -> None:
+        def seg(text: str, trained: bool) -> _Seg:
+            return (text, i, trained, None)
+
+        def both(text: str, trained: bool, marker: bool = False) -> tuple[_Seg, _Run]:
+            """The segment and the run of a text or a marker alone."""
+            kind, field = (_RUN_MARKER, _MARKER) if marker else (_RUN_TEXT, None)
+            return (text, i, trained, field), (kind, text, i, trained, None)
+
+        self.s_open, self.r_open = both(mk.TURN_OPEN, False, True)
+        self.s_close_u, self.r_close_u = both(mk.TURN_CLOSE, False, True)
+        self.s_close_t, self.r_close_t = both(mk.TURN_CLOSE, True, True)
+        self.s_user, self.r_user = both("user\n", False)
+        self.s_assistant, self.r_assistant = both("assistant\n", False)
+        self.nl_u, self.r_nl_u = both("\n", False)
+        self.nl_t, self.r_nl_t = both("\n", True)
+        self.nlnl_t, self.r_nlnl_t = both("\n\n", True)
+        self.r_nlnl_u = both("\n\n", False)[1]
+        self.s_think_open, self.r_think_open = both(mk.THINK_OPEN, True, True)
+        self.s_think_close, self.r_think_close = both(mk.THINK_CLOSE, True, True)
+        self.s_call_open, self.r_call_open = both(mk.TOOL_CALL_OPEN, True, True)
+        self.s_call_close, self.r_call_close = both(mk.TOOL_CALL_CLOSE, True, True)
+        self.s_response_open, self.r_response_open = both(mk.TOOL_RESPONSE_OPEN, False, True)
+        self.s_response_close, self.r_response_close = both(mk.TOOL_RESPONSE_CLOSE, False, True)
+        # The header (untrained) and the content (trained) of an assistant turn without its
+        # reasoning span are one run of two parts.
+        self.header_parts = ((0, i, False), (len("assistant\n"), i, True))
+        # A call's protocol text is joined with what follows it (the builder joins consecutive
+        # protocol texts): what comes before a parameter, and the function's end, after the
+        # name (0), after a value (1), after an empty value (2).
+        before = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
+        self.function = seg("\n<function=", True)
+        self.gt_nl_t = seg(">\n", True)
+        self.after_param = tuple(seg(text + "<parameter=", True) for text in before)
+        self.end_function = tuple(seg(text + "</function>\n", True) for text in before)
+
+
+_TABLE: list[_Shared] = []
+_TABLE_LOCK = threading.Lock()
+
+
+def _share(count: int) -> None:
+    """Make the shared tuples of the first ``count`` message indices. Readers take entries
+    below ``len(_TABLE)`` without the lock: the table only grows, one entry at a time."""
+    with _TABLE_LOCK:  # two threads growing it at once would each append index n
+        while len(_TABLE) < count:
+            _TABLE.append(_Shared(len(_TABLE)))
+
+
+# The reasoning instruction of each effort the template accepts, by the values a caller passes
+# (anything else goes the general path, which parses it or names it).
+_INSTRUCTIONS: Final[dict[Any, str]] = {
+    None: _REASONING_INSTRUCTIONS[ReasoningEffort.XHIGH],
+    **{effort.value: text for effort, text in _REASONING_INSTRUCTIONS.items()},
+}
+
+
+def _render_plain(
+    messages: Any,
+    tools: Any,
+    enable_thinking: Any,
+    reasoning_effort: Any,
+    preserve_thinking: Any,
+    add_generation_prompt: Any,
+    add_vision_id: Any,
+    continue_final_message: Any,
+) -> Prompt | None:
+    """``format_prompt`` of a plain row, or None (see the module's docstring)."""
+    if (
+        type(messages) is not list
+        or not messages
+        or len(messages) > _TABLE_SIZE
+        or continue_final_message is not False
+        or type(enable_thinking) is not bool
+        or type(preserve_thinking) is not bool
+        or type(add_generation_prompt) is not bool
+        or type(add_vision_id) is not bool
+    ):
+        return None
+    instruction = ""
+    if enable_thinking:
+        kind = type(reasoning_effort)
+        if reasoning_effort is not None and kind is not str and kind is not ReasoningEffort:
+            return None
+        found = _INSTRUCTIONS.get(
+            reasoning_effort.value if kind is ReasoningEffort else reasoning_effort
+        )
+        if found is None:
+            return None
+        instruction = found
+    rows = _read(messages, add_generation_prompt)
+    if rows is None:
+        return None
+    last_query = _last_query(rows)
+    has_system = rows[0][0] == "system"
+    system = rows[0][1] if has_system else None
+    if last_query < 0 or (system is not None and not system.isascii() and _bad(system)):
+        return None
+    segs: list[_Seg] = []
+    runs: list[_Run] = []
+    if not _render_turns(segs, runs, rows, preserve_thinking, last_query):
+        return None
+    # The caches are touched only once the turns are known to render: a conversation refused
+    # here is rendered again by the general path, and counted in render_cache_info once.
+    try:
+        tool_lines = _tool_lines(tools)
+    except PromptError:
+        return None
+    head = _system_fragment(has_system, system, instruction, tool_lines, add_vision_id)
+    tail = _tail_fragment(add_generation_prompt, False, enable_thinking)
+    # Tuples, not lists: a tuple that holds only untracked tuples leaves the garbage collector
+    # at its first pass, and a data job keeps thousands of prompts alive. No run crosses a turn
+    # here (each turn starts on a marker), so the runs concatenate as they are.
+    return Prompt._compact(
+        (*head.segs, *segs, *tail.segs),
+        (*head.runs, *runs, *tail.runs),
+        head.runs if len(head.runs) > 1 else None,
+    )
+
+
+def _read(messages: list[Any], add_generation_prompt: bool) -> list[_PlainParts] | None:
+    """The messages' parts (``_plain_parts``), or None when one is not plain or the template
+    would refuse their order: a late system message, a tool result after no assistant turn, a
+    generation prompt after an assistant turn."""
+    rows: list[_PlainParts] = []
+    before = None
+    for index, message in enumerate(messages):
+        row = _plain_parts(message)
+        if row is None:
+            return None
+        role = row[0]
+        if (role == "system" and index) or (
+            role == "tool" and (before is None or before == "system" or before == "user")
+        ):
+            return None
+        rows.append(row)
+        before = role
+    if add_generation_prompt and before == "assistant":
+        return None
+    return rows
+
+
+def _last_query(rows: list[_PlainParts]) -> int:
+    """Template lines 94-106 on plain content: the last user turn whose trimmed text is not
+    wrapped in ``<tool_response>`` … ``</tool_response>``; -1 if there is none."""
+    for index in range(len(rows) - 1, -1, -1):
+        role, content = rows[index][0], rows[index][1]
+        if role != "user":
+            continue
+        text = "" if content is None else content.strip()
+        if not (text.startswith(mk.TOOL_RESPONSE_OPEN) and text.endswith(mk.TOOL_RESPONSE_CLOSE)):
+            return index
+    return -1
+
+
+def _bad(text: str) -> bool:
+    """Whether non-ASCII ``text`` holds a lone surrogate (``surrogate_problem``, which the
+    general path raises with; callers test ``isascii()`` first, in C)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _render_turns(
+    segs: list[_Seg],
+    runs: list[_Run],
+    rows: list[_PlainParts],
+    preserve_thinking: bool,
+    last_query: int,
+) -> bool:
+    """Each turn's segments and runs, as ``protocol_plain`` writes them; False on a lone
+    surrogate or a value that is not JSON (the general path names it)."""
+    last = len(rows) - 1
+    table = _TABLE
+    if len(table) < len(rows):
+        _share(len(rows))
+    for i, (role, content, reasoning, calls, _, _) in enumerate(rows):
+        if role == "system":
+            continue  # message 0: the head renders it
+        if content is None:
+            content = ""  # renders as empty content does, in every role
+        elif not content.isascii() and _bad(content):
+            return False
+        if role == "user":
+            _user(segs, runs, content.strip(), i, table[i])
+        elif role == "assistant":
+            keep = preserve_thinking or i > last_query
+            if not _assistant(segs, runs, content.strip(), reasoning, calls, i, keep, table[i]):
+                return False
+        else:
+            opens = rows[i - 1][0] != "tool"
+            closes = i == last or rows[i + 1][0] != "tool"
+            _tool(segs, runs, content.strip(), i, opens, closes, table[i])
+    return True
+
+
+def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int, s: _Shared) -> None:
+    if text:
+        segs += (s.s_open, s.s_user, (text, i, False, "content"), s.s_close_u, s.nl_u)
+        runs += (s.r_open, (_RUN_TEXT, "user\n" + text, i, False, None), s.r_close_u, s.r_nl_u)
+    else:
+        segs += (s.s_open, s.s_user, s.s_close_u, s.nl_u)
+        runs += (s.r_open, s.r_user, s.r_close_u, s.r_nl_u)
+
+
+def _tool(
+    segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, closes: bool, s: _Shared
+) -> None:
+    # Template lines 160-172: consecutive results share one user turn, each in its own
+    # '\n<tool_response>\n' … '\n</tool_response>' span.
+    if opens:
+        segs += (s.s_open, s.s_user)
+        runs += (s.r_open, s.r_user)
+    else:
+        segs.append(s.nl_u)
+        runs.append(s.r_nl_u)
+    if text:
+        segs += (s.s_response_open, s.nl_u, (text, i, False, "content"), s.nl_u)
+        runs += (s.r_response_open, (_RUN_TEXT, "\n" + text + "\n", i, False, None))
+    else:
+        segs += (s.s_response_open, s.nl_u, s.nl_u)
+        runs += (s.r_response_open, s.r_nlnl_u)
+    segs.append(s.s_response_close)
+    runs.append(s.r_response_close)
+    if closes:
+        segs += (s.s_close_u, s.nl_u)
+        runs += (s.r_close_u, s.r_nl_u)
+
+
+def _assistant(
+    segs: list[_Seg],
+    runs: list[_Run],
+    text: str,
+    reasoning: str | None,
+    calls: tuple[ToolCall, ...],
+    i: int,
+    keep_reasoning: bool,
+    s: _Shared,
+) -> bool:
+    """As ``_plain_assistant``, of the trimmed content ``text``; False on a lone surrogate in
+    the reasoning or the calls, or a value that is not JSON."""
+    # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
+    segs += (s.s_open, s.s_assistant)
+    runs.append(s.r_open)
+    parts: Any = None
+    if keep_reasoning:
+        thought = "" if reasoning is None else reasoning.strip()
+        if not thought.isascii() and _bad(thought):
+            return False
+        if thought:
+            segs += (s.s_think_open, s.nl_t, (thought, i, True, "reasoning_content"), s.nl_t)
+            runs += (
+                s.r_assistant,
+                s.r_think_open,
+                (_RUN_TEXT, "\n" + thought + "\n", i, True, None),
+            )
+        else:
+            segs += (s.s_think_open, s.nlnl_t)
+            runs += (s.r_assistant, s.r_think_open, s.r_nlnl_t)
+        segs += (s.s_think_close, s.nlnl_t)
+        runs.append(s.r_think_close)
+        run, trained = "\n\n" + text, True
+    elif text:
+        run, trained, parts = "assistant\n" + text, False, s.header_parts
+    else:
+        run, trained = "assistant\n", False
+    if text:
+        segs.append((text, i, True, "content"))
+        if calls:
+            # '\n\n' before the first call only when the trimmed content is non-empty.
+            segs.append(s.nlnl_t)
+            run += "\n\n"
+    runs.append((_RUN_TEXT, run, i, trained, parts))
+    if calls and not _calls(segs, runs, calls, i, s):
+        return False
+    segs += (s.s_close_t, s.nl_u)
+    runs += (s.r_close_t, s.r_nl_u)
+    return True
+
+
+def _calls(
+    segs: list[_Seg], runs: list[_Run], calls: Sequence[ToolCall], i: int, s: _Shared
+) -> bool:
+    """As ``_plain_calls``: each call one text run between its two markers."""
+    for j, call in enumerate(calls):
+        where = f"tool_calls[{j}]"
+        if j:
+            segs.append(s.nl_t)  # '\n' between two calls
+            runs.append(s.r_nl_t)
+        name = call.name  # plain names are printable ASCII (_PLAIN_NAME)
+        segs += (s.s_call_open, s.function, (name, i, True, where + ".name"))
+        runs.append(s.r_call_open)
+        texts = ["\n<function=", name, ">\n"]
+        state = 0  # what the protocol text still to write follows: the name, a value, ""
+        for key, value in call.arguments.items():
+            field = f"{where}.arguments.{key}"
+            segs += (s.after_param[state], (key, i, True, field))
+            if not isinstance(value, str):
+                try:
+                    # json writes an int as its repr (and refuses one past the digit limit,
+                    # as repr does); anything else through the template's tojson.
+                    value = repr(value) if type(value) is int else _tojson(value, field)
+                except Exception:  # whatever it is, the general path raises it
+                    return False
+            if value:
+                if not value.isascii() and _bad(value):
+                    return False
+                segs += (s.gt_nl_t, (value, i, True, field))
+                state = 1
+            else:
+                state = 2
+            texts += ("<parameter=", key, ">\n", value, "\n</parameter>\n")
+        texts.append("</function>\n")
+        segs += (s.end_function[state], s.s_call_close)
+        runs += ((_RUN_TEXT, "".join(texts), i, True, None), s.r_call_close)
+    return True
