@@ -465,17 +465,12 @@ def _truncate(rows: _Rows, good: int) -> None:
 
 
 def _separable(contents: list[str]) -> bool:
-    """Whether no added token can be spelled across another's edge or inside it: for any two,
-    neither holds the other, and no proper prefix of one ends the other or proper suffix begins
-    it. Then in marker + text + marker ..., with no text spelling one, the only added tokens
-    spelled are the markers, wherever a matcher starts."""
-    for a in contents:
-        for t in contents:
-            if a == t:
-                continue
-            if a in t:
-                return False
-            for k in range(1, len(a)):
-                if t.endswith(a[:k]) or t.startswith(a[k:]):
-                    return False
-    return True
+    """Whether no added token can be spelled across another's edge or inside it: none holds
+    another, and no proper suffix of one is a proper prefix of one (itself included: a token
+    that overlaps itself). Then in marker + text + marker ..., with no text spelling one, the
+    only added tokens spelled anywhere are the markers, whatever a matcher does."""
+    tokens = set(contents)
+    if any(a != t and a in t for a in tokens for t in tokens):
+        return False
+    prefixes = {t[:k] for t in tokens for k in range(1, len(t))}
+    return not any(t[k:] in prefixes for t in tokens for k in range(1, len(t)))

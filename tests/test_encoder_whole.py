@@ -202,6 +202,7 @@ def test_separable() -> None:
     assert not _separable(["<ab>", "b><c"])  # a proper suffix of one begins the other
     assert not _separable(["<x|", "|y>"])  # ... ends it
     assert not _separable(["abc", "zab"])
+    assert not _separable(["<x>", "a-b-a"])  # one overlaps itself ("a" ends and begins it)
 
 
 def test_a_vocabulary_whose_markers_strip_goes_run_by_run(tmp_path: Path) -> None:
