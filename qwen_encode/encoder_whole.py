@@ -19,9 +19,10 @@ that its added tokens are exactly its markers (never seen; a guard, not a path).
 from __future__ import annotations
 
 import unicodedata
+from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cached_property
-from itertools import compress, pairwise
+from itertools import accumulate, compress, pairwise
 from operator import itemgetter, not_
 from typing import Any, TypeAlias
 
@@ -179,9 +180,33 @@ class _Whole(_Assembly):
             ids = np.concatenate((head, ids))
         turn = np.repeat(np.array(rows.turn, dtype=np.int32), counts)
         trained = np.repeat(np.array(rows.trained, dtype=bool), counts)
-        if rows.crossing and self._split_crossing(rows, ids, np.array(counts), turn, trained):
+        if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
             return {}, rows.positions
         return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+
+    def _split_one(
+        self,
+        rows: _Rows,
+        ids: np.ndarray,
+        counts: list[int],
+        turn: np.ndarray,
+        trained: np.ndarray,
+    ) -> bool:
+        """``_split_crossing`` for one prompt's few crossing runs, in Python (a request has one
+        or two: the numpy version's fixed cost, ~25 calls, was most of a chat turn's). False
+        when a run's tokens do not spell its bytes exactly."""
+        token_bytes = self._token_bytes
+        assert token_bytes is not None  # _whole_crossing took no crossing run otherwise
+        for run, _, size, starts, owners in rows.crossing:
+            first = sum(counts[:run])
+            ends = list(accumulate(token_bytes[ids[first : first + counts[run]]].tolist()))
+            if (ends[-1] if ends else 0) != size:
+                return False
+            for start, (owner_turn, owner_trained) in zip(starts, owners, strict=True):
+                at = first + _first_at(ends, start)
+                turn[at : first + counts[run]] = owner_turn
+                trained[at : first + counts[run]] = owner_trained
+        return True
 
     def _lay_out_whole(
         self, prompt: Any, position: int, rows: _Rows, longest: int | None = None
@@ -435,6 +460,15 @@ def _with_heads(
     lengths = np.zeros(len(heads) + 1, dtype=np.int64)
     lengths[1:][[h is not None for h in heads]] = [len(head) for head in kept]
     return np.concatenate(pieces), bounds + np.cumsum(lengths)
+
+
+def _first_at(ends: list[int], start: int) -> int:
+    """The first token whose first byte is at or past byte ``start`` of its run, given where
+    each token ends (token i starts where token i - 1 ends, the first at 0): the part starting
+    there owns it and the tokens after it, as ``_split_crossing`` assigns them."""
+    if start <= 0:
+        return 0
+    return 1 + bisect_left(ends, start, 0, len(ends) - 1)
 
 
 def _good_rows(rows: _Rows, ids: np.ndarray, bounds: np.ndarray, where: np.ndarray) -> int:
