@@ -214,6 +214,15 @@ class _Layout:
             else:
                 self._refuse_run(kind, text, turn)
 
+    def _kept_head(self, head: tuple[Any, ...]) -> np.ndarray | None:
+        """A shared system turn's kept IDs, if kept (a hit: counted once per batch)."""
+        with self._lock:
+            ids = self._heads.get(head)
+            if ids is not None:
+                self._heads.move_to_end(head)
+                self._head_hits += 1
+        return ids
+
     def _lay_out_head(self, head: tuple[Any, ...], batch: _Batch) -> int:
         """A shared system turn (the render cache's runs, the same in every row of an agent data
         set) as one item when its IDs are known: how many of the prompt's runs that covers (0:
@@ -222,15 +231,10 @@ class _Layout:
         head would pass again."""
         code = batch.heads.get(head)
         if code is None:
-            with self._lock:
-                ids = self._heads.get(head)
-                if ids is not None:
-                    self._heads.move_to_end(head)
-                    self._head_hits += 1
+            ids = self._kept_head(head)
             code = _BLOCK - len(batch.heads)
             if ids is None:
-                turn = head[0][2]
-                if all(run[2] == turn and run[3] is False and run[4] is None for run in head):
+                if _keepable(head):
                     batch.heads[head] = code
                     batch.deferred.append((head, code, len(batch.source)))
                 return 0
@@ -273,6 +277,13 @@ class _Layout:
         blamed = next((s for s in callers if marker in s.text), callers[0])
         turn = blamed.turn if blamed.turn >= 0 else None
         return MarkerInTextError(marker, message_index=turn, field=blamed.field or "text")
+
+
+def _keepable(head: tuple[Any, ...]) -> bool:
+    """Whether a system turn's IDs can be kept as one block: all its runs one message's,
+    untrained, none crossing owners (its tokens then need no owner of their own)."""
+    turn = head[0][2]
+    return all(run[2] == turn and run[3] is False and run[4] is None for run in head)
 
 
 def _next_none(codes: list[Any], start: int) -> int:

@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from .encoder_assembly import _Assembly
+from .encoder_layout import _keepable
 from .encoder_pieces import _cut_length
 from .encoding import Encoding
 from .prompt import _RUN_BAD, _RUN_MARKER, Prompt
@@ -283,21 +284,14 @@ class _Whole(_Assembly):
             return None, 0, None
         ids = rows.known.get(head)
         if ids is None:
-            with self._lock:
-                ids = self._heads.get(head)
-                if ids is not None:
-                    self._heads.move_to_end(head)
-                    self._head_hits += 1  # counted once per batch, as _lay_out_head does
+            ids = self._kept_head(head)
             if ids is not None:
                 rows.known[head] = ids
         if ids is not None:
             return ids, len(head), None
         if head in rows.new_heads:
             return head, len(head), None
-        turn = head[0][2]
-        if self._cache_limit and all(
-            run[2] == turn and run[3] is False and run[4] is None for run in head
-        ):
+        if self._cache_limit and _keepable(head):
             return None, 0, head
         return None, 0, None
 
