@@ -153,6 +153,10 @@ class _Whole(_Assembly):
         after all (see ``_whole_arrays``)."""
         self._count_work(sum(map(len, rows.texts)))
         ids, bounds = self._engine.encode_flat(rows.texts)
+        if not ids.flags.writeable:
+            # fastokens' IDs are a view of its bytes: the arrays handed out are the caller's to
+            # change in place (a collator masking IDs), as the run-by-run path's always were.
+            ids = ids.copy()
         if len(rows.texts) == 1:
             return self._whole_one(rows, ids, bounds)
         return self._whole_arrays(rows, ids, bounds)

@@ -87,6 +87,20 @@ def test_a_batch_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
     assert whole.cache_info()["head_hits"] >= 1
 
 
+def test_the_arrays_are_the_callers_to_change(pair) -> None:
+    """fastokens hands its IDs over as a read-only view of its bytes; the arrays an Encoding
+    holds are writable on every path (a collator masks IDs in place)."""
+    whole, _ = pair
+    whole.clear_cache()
+    for _ in range(2):  # the second time the system turns are kept blocks
+        for batch in (PROMPTS[:8], PROMPTS[:1]):
+            for encoding in whole.encode_batch(batch, errors="return"):
+                if not isinstance(encoding, qe.Encoding):
+                    continue  # refused in reject mode
+                for array in (encoding.input_ids, encoding.assistant_mask, encoding.turn_index):
+                    assert array.flags.writeable
+
+
 def test_one_prompt_at_a_time_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
     whole, runs = pair
     whole.clear_cache()
