@@ -60,7 +60,8 @@ _CHAT_OPTIONS = frozenset(
 
 # The internals live in rooms of their own, inherited in this order: _Layout (encoder_layout) lays
 # prompts out as a batch of items, _Runs (encoder_runs) encodes and caches the run texts,
-# _Assembly (encoder_assembly) builds the arrays. This class is the public face and the state.
+# _Assembly (encoder_assembly) builds the arrays, _Whole (encoder_whole) encodes whole prompts in
+# one engine call where that gives the same IDs. This class is the public face and the state.
 class Encoder(_Whole):
     """Encodes ``Prompt`` values with one checkpoint's vocabulary.
 
