@@ -36,22 +36,32 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
-def termination_handled() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise Terminated while a command runs (and the previous handlers come
-    back after, for a caller running main() in its own process)."""
+def _swapped(handler: Any, keep: Any) -> Iterator[dict[int, Any]]:
+    """``handler`` for each terminating signal whose current handler ``keep`` accepts, the
+    previous handlers (yielded) back after. Nothing is swapped outside the main thread: the
+    signals are not ours there (main() called from a thread)."""
     previous: dict[int, Any] = {}
     for signum in _TERMINATING:
-        # A signal the caller ignores stays ignored (nohup sets SIGHUP to SIG_IGN).
-        if signum != signal.SIGINT and signal.getsignal(signum) is signal.SIG_DFL:
+        if keep(signum, signal.getsignal(signum)):
             try:
-                previous[signum] = signal.signal(signum, _raise_terminated)
-            except ValueError:  # main() called outside the main thread: signals are not ours
+                previous[signum] = signal.signal(signum, handler)
+            except ValueError:
                 break
     try:
-        yield
+        yield previous
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def termination_handled() -> contextlib.AbstractContextManager[dict[int, Any]]:
+    """SIGTERM and SIGHUP raise Terminated while a command runs (and the previous handlers come
+    back after, for a caller running main() in its own process). A signal the caller ignores
+    stays ignored (nohup sets SIGHUP to SIG_IGN); SIGINT already raises KeyboardInterrupt."""
+    return _swapped(
+        _raise_terminated,
+        lambda signum, current: signum != signal.SIGINT and current is signal.SIG_DFL,
+    )
 
 
 @contextlib.contextmanager
@@ -62,23 +72,17 @@ def interrupts_deferred() -> Iterator[None]:
     after. The handlers themselves are swapped for one that only notes the signal: blocking it
     in this thread's signal mask is not enough once the engines' thread pools exist, since the
     kernel then hands the signal to one of those threads and Python still runs its handler here,
-    at the next line."""
+    at the next line. An ignored signal stays ignored (None: a handler not set from Python)."""
     held: list[int] = []
     previous: dict[int, Any] = {}
-    for signum in _TERMINATING:
-        handler = signal.getsignal(signum)
-        if handler is signal.SIG_IGN or handler is None:
-            continue  # an ignored signal stays ignored; None: not set from Python
-        try:
-            previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
-        except ValueError:  # not the main thread: the signals are not ours to hold
-            break
     try:
-        yield
+        with _swapped(
+            lambda number, frame: held.append(number),
+            lambda signum, current: current is not signal.SIG_IGN and current is not None,
+        ) as previous:
+            yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if held:
+        if held:  # delivered once the handlers are back
             _deliver(held[0], previous[held[0]])
 
 
