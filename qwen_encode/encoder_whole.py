@@ -12,8 +12,8 @@ no per-run array and no engine call per run, which were most of a short row's co
 
 Prompts this does not cover (``markers_in_text="atomic"``, a run spelling a marker, a hand-made
 prompt not starting on a marker, a text too long to encode whole, ...) take the run-by-run path
-(``encoder_layout``), which also raises every refusal; so does a prompt whose IDs fail the check
-that its added tokens are exactly its markers (never seen; a guard, not a path).
+(``encoder_layout``), which also raises every refusal; so does a batch in which some prompt's IDs
+fail the check that its added tokens are exactly its markers (never seen; a guard, not a path).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import unicodedata
 from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cached_property
-from itertools import accumulate, compress, pairwise
+from itertools import accumulate, compress
 from operator import itemgetter, not_
 from typing import Any, TypeAlias
 
@@ -45,9 +45,7 @@ class _Rows:
 
     __slots__ = (
         "crossing",
-        "dropped",
         "expected",
-        "first_runs",
         "firsts",
         "head_runs",
         "heads",
@@ -68,7 +66,6 @@ class _Rows:
         # Per row: None (no head left out), the head's IDs, or the key of a head whose IDs the
         # row that first met it in this batch yields (it is encoded whole: see new_heads).
         self.heads: list[Any] = []
-        self.first_runs: list[int] = []  # each row's first run (its head's, if left out)
         self.head_runs: list[int] = []  # the run standing for each head left out
         self.known: dict[tuple[Any, ...], np.ndarray] = {}  # heads found kept, this batch
         # Heads first met in this batch: the row that encodes each whole, and its markers.
@@ -83,7 +80,6 @@ class _Rows:
         self.crossing: list[_Crossing] = []
         self.runs = 0
         self.seen: str | None = None  # a long request's first text run, to keep (_first_time)
-        self.dropped: list[int] = []  # positions of rows dropped after a bad one (_truncate)
 
 
 _Crossing: TypeAlias = tuple[int, int, int, tuple[int, ...], tuple[tuple[int, bool], ...]]
@@ -250,7 +246,6 @@ class _Whole(_Assembly):
             return False
         if new is not None:
             rows.new_heads[new] = (row, list(map(_KIND, new)).count(_RUN_MARKER))
-        rows.first_runs.append(rows.runs)
         if head is not None:
             rows.head_runs.append(rows.runs)
             rows.turn.append(runs[0][2])
@@ -341,17 +336,12 @@ class _Whole(_Assembly):
     def _whole_arrays(
         self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray
     ) -> tuple[dict[int, Encoding], list[int]]:
-        """Each row's arrays from the batch's IDs. A row whose added tokens are not exactly its
-        markers, and every row after it (the count of markers is off from there on), is handed
-        back (its position) for the run-by-run path."""
+        """Each row's arrays from the batch's IDs; if some row's added tokens are not exactly
+        its markers (never seen: a guard, not a path), every position, for the run-by-run
+        path."""
         where = self._added_at(ids)
-        good = _good_rows(rows, ids, bounds, where)
-        if good < len(rows.texts):
-            end, markers = int(bounds[good]), rows.firsts[good]
-            ids, bounds, where = ids[:end], bounds[: good + 1], where[:markers]
-            _truncate(rows, good)
-            if not good:
-                return {}, rows.dropped
+        if not _markers_match(rows, ids, bounds, where):
+            return {}, rows.positions
         heads = self._whole_heads(rows, ids, bounds, where)
         # Each run's token count: 1 for a marker; the tokens up to the next marker for the text
         # run after it (adjacent markers have none between them); a head's, its IDs'.
@@ -377,7 +367,7 @@ class _Whole(_Assembly):
                 failed.append(position)
             else:
                 done[position] = Encoding(ids[a:b], trained[a:b], turn[a:b])
-        return done, failed + rows.dropped
+        return done, failed
 
     def _split_crossing(
         self,
@@ -469,31 +459,12 @@ def _first_at(ends: list[int], start: int) -> int:
     return 1 + bisect_left(ends, start, 0, len(ends) - 1)
 
 
-def _good_rows(rows: _Rows, ids: np.ndarray, bounds: np.ndarray, where: np.ndarray) -> int:
-    """How many leading rows have exactly their markers as added-token IDs, in order."""
-    expected = np.asarray(rows.expected, dtype=np.int32)
+def _markers_match(rows: _Rows, ids: np.ndarray, bounds: np.ndarray, where: np.ndarray) -> bool:
+    """Whether every row's added-token IDs are exactly its markers, in order."""
     counts = np.searchsorted(where, bounds)
-    firsts = np.asarray([*rows.firsts, len(expected)], dtype=np.int64)
-    if np.array_equal(counts, firsts) and np.array_equal(ids[where], expected):
-        return len(rows.texts)
-    edges, marks = counts.tolist(), firsts.tolist()
-    for row, ((a, b), (x, y)) in enumerate(zip(pairwise(edges), pairwise(marks), strict=True)):
-        if a != x or b != y or not np.array_equal(ids[where[a:b]], expected[x:y]):
-            return row
-    return len(rows.texts)
-
-
-def _truncate(rows: _Rows, good: int) -> None:
-    """Keep the first ``good`` rows; the others are dropped (to the run-by-run path)."""
-    runs, markers = rows.first_runs[good], rows.firsts[good]
-    rows.dropped = rows.positions[good:]
-    del rows.positions[good:], rows.texts[good:], rows.heads[good:], rows.first_runs[good:]
-    del rows.firsts[good:], rows.expected[markers:], rows.marker_runs[markers:]
-    del rows.turn[runs:], rows.trained[runs:]
-    rows.head_runs = [run for run in rows.head_runs if run < runs]
-    rows.crossing = [c for c in rows.crossing if c[1] < good]
-    rows.new_heads = {k: v for k, v in rows.new_heads.items() if v[0] < good}
-    rows.runs = runs
+    firsts = np.asarray([*rows.firsts, len(rows.expected)], dtype=np.int64)
+    expected = np.asarray(rows.expected, dtype=np.int32)
+    return np.array_equal(counts, firsts) and np.array_equal(ids[where], expected)
 
 
 def _separable(contents: list[str]) -> bool:

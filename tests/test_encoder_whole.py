@@ -140,8 +140,8 @@ def test_a_batch_mixing_refused_literal_and_whole_prompts(qwen38_dir: Path) -> N
 
 def test_the_markers_check_sends_a_prompt_run_by_run(pair, monkeypatch) -> None:
     """If a caller run did spell an added token past the per-prompt check (it cannot: the check
-    is disabled here to reach the guard), the IDs' added tokens would not be the markers: that
-    prompt and the ones after it in the batch are encoded run by run, with the right IDs."""
+    is disabled here to reach the guard), the IDs' added tokens would not be the markers: the
+    batch is encoded run by run, with the right IDs."""
     whole, runs = pair
     if whole.markers_in_text == "reject":
         pytest.skip("in reject mode the check refuses the prompt instead")
