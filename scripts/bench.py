@@ -9,11 +9,12 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
 ``apply_chat_template(tokenize=True)``, plus the commit measured. Sections:
 1. transformers apply_chat_template(tokenize=True), per conversation
 2. tokenizers encode_batch on the pre-rendered strings
-3. the engine limit (fastokens encode_batch_flat on the pre-rendered strings, one call), rendering
-   alone, and qwen-encode per conversation, batched (rendering included) and encode_batch on
-   prompts rendered beforehand, per engine and, for fastokens, in literal and atomic mode (run
-   cache cleared before every run); each row's share of the engine limit. Then encode_batch on 1
-   and on 2 threads (fresh processes).
+3. rendering alone, and per engine (and, for fastokens, in literal and atomic mode) qwen-encode
+   per conversation, batched (rendering included) and encode_batch on prompts rendered
+   beforehand (run cache cleared before every run). Each fastokens encoder is timed in a group of
+   its own with its engine limit (fastokens encode_batch_flat on the pre-rendered strings, one
+   call, on that encoder's own instance), and each row's share is of that limit. Then
+   encode_batch on 1 and on 2 threads (fresh processes).
 4. incremental chat: one conversation grown to 64 turns, input_ids after every turn; then one
    grown to ``--chat-turns`` turns (qwen-encode only: transformers is quadratic there), with the
    cost of one new user turn early and late, and their ratio
@@ -305,12 +306,17 @@ def _throughput_tasks(
     rendered: list[str],
     tokens: int,
     encoders: dict[str, qe.Encoder],
-) -> dict[str, Callable[[], int]]:
-    """Sections 1-3. The engine limit is the fastest exact engine on the same text, rendered
-    beforehand, in one call: what qwen-encode would cost if rendering, markers, masks and the
-    per-run bookkeeping were free. Every row, the limit included, runs on an engine that has
-    seen the corpus before (fastokens keeps a word cache: new text costs it ~1.4x more), so
-    the shares compare like with like."""
+) -> list[dict[str, Callable[[], int]]]:
+    """Sections 1-3, as groups of tasks that alternate among themselves: first the references,
+    rendering and the tokenizers engine; then one group per fastokens encoder, its engine limit
+    first. The engine limit is the fastest exact engine on the same text, rendered beforehand, in
+    one call: what qwen-encode would cost if rendering, markers, masks and the per-run
+    bookkeeping were free. It runs on the encoder's own fastokens instance, apart from any
+    other: two instances used in turn slow each other 1.7-1.8x (each evicts the other's word
+    cache from the CPU's caches), the limit, a pure engine call, more than qwen-encode, which
+    inflated the shares up to 2x when literal and atomic mode alternated with it. Every row,
+    the limit included, runs on an engine that has seen the corpus before (fastokens keeps a
+    word cache: new text costs it ~1.4x more), so the shares compare like with like."""
     tasks: dict[str, Callable[[], int]] = {}
     try:
         from transformers import AutoTokenizer
@@ -340,9 +346,6 @@ def _throughput_tasks(
     tasks["2. tokenizers encode_batch (pre-rendered)"] = lambda: sum(
         len(e.ids) for e in raw.encode_batch(rendered, add_special_tokens=False)
     )
-    if "fastokens" in encoders:
-        flat = encoders["fastokens"]._engine.tokenizer  # type: ignore[attr-defined]
-        tasks[ENGINE_LIMIT] = lambda: len(flat.encode_batch_flat(rendered)[0]) // 4
 
     def prompts() -> list[qe.Prompt]:
         return [
@@ -353,7 +356,15 @@ def _throughput_tasks(
     # Rendering makes no tokens: its row counts the tokens the rendered text encodes to.
     tasks["3. rendering alone (format_prompt)"] = lambda: len(prompts()) and tokens
     ready = prompts()
+    groups = [tasks]
     for name, encoder in encoders.items():
+        group = tasks if encoder.engine != "fastokens" else {}
+        if group is not tasks:
+            flat = encoder._engine.tokenizer  # type: ignore[attr-defined]
+            group[f"{ENGINE_LIMIT} [{name}]"] = lambda flat=flat: (
+                len(flat.encode_batch_flat(rendered)[0]) // 4
+            )
+            groups.append(group)
 
         def per_conversation(encoder: qe.Encoder = encoder) -> int:
             encoder.clear_cache()
@@ -374,10 +385,10 @@ def _throughput_tasks(
             encoder.clear_cache()
             return sum(len(e) for e in encoder.encode_batch(ready))
 
-        tasks[f"3. qwen-encode per conversation [{name}]"] = per_conversation
-        tasks[f"3. qwen-encode batched [{name}]"] = batched
-        tasks[f"3. qwen-encode encode_batch, rendered before [{name}]"] = encode_only
-    return tasks
+        group[f"3. qwen-encode per conversation [{name}]"] = per_conversation
+        group[f"3. qwen-encode batched [{name}]"] = batched
+        group[f"3. qwen-encode encode_batch, rendered before [{name}]"] = encode_only
+    return groups
 
 
 _THREADS_CODE = """
@@ -545,17 +556,25 @@ def _throughput(
         f"({tokens / len(corpus):.0f} per conversation)\n"
     )
 
-    tasks = _throughput_tasks(model, corpus, rendered, tokens, encoders)
-    results = _median_runs(tasks, args.runs)
+    groups = _throughput_tasks(model, corpus, rendered, tokens, encoders)
+    tasks = {name: task for group in groups for name, task in group.items()}
+    results: dict[str, tuple[float, int]] = {}
+    for group in groups:
+        results |= _median_runs(group, args.runs)
     baseline_name = next(iter(results))
     baseline = results[baseline_name][0]
-    limit = results.get(ENGINE_LIMIT, (None, 0))[0]
     print(
-        f"throughput (median of {args.runs} alternating runs, load {os.getloadavg()[0]:.2f}; "
-        f"ratio = speed vs {baseline_name}; share = speed vs the engine limit):"
+        f"throughput (median of {args.runs} alternating runs per group, load "
+        f"{os.getloadavg()[0]:.2f}; ratio = speed vs {baseline_name}; share = speed vs the "
+        "engine limit on the same fastokens instance, measured in the same group):"
     )
+    limit = None
     for name, (seconds, count) in results.items():
-        share = f"  share {limit / seconds:4.2f}" if limit and "qwen-encode" in name else ""
+        if name.startswith(ENGINE_LIMIT):
+            limit = seconds
+        share = ""
+        if limit and "qwen-encode" in name and "[tokenizers]" not in name:
+            share = f"  share {limit / seconds:4.2f}"
         print(_row(name, seconds, count, baseline) + share)
     if "fastokens" in encoders and not args.skip_threads:
         _threads(model, args.conversations, args.runs)
