@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qwen_encode as qe
+from qwen_encode import encoder_whole
 from qwen_encode.encoder_whole import _separable
 from qwen_encode.prompt import Prompt, Special, Text
 from tests.conformance.corpus import generate
@@ -207,6 +208,47 @@ def test_a_long_prompt_alone_with_one_marker(pair) -> None:
     prompt = Prompt((Special("<|im_start|>"), Text("user\n" + "word " * 2000)))
     for _ in range(2):  # whole, then (its text kept) run by run
         _same(whole.encode(prompt), runs.encode(prompt))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_long_prompts_of_a_small_batch_are_cut_for_the_engines_threads(
+    pair, monkeypatch, threads
+) -> None:
+    """A request (or a batch smaller than the machine's cores) is handed to the engine in pieces
+    cut before turn markers, so that every thread has text: the IDs are the run-by-run ones."""
+    whole, runs = pair
+    monkeypatch.setattr(encoder_whole, "_THREADS", threads)
+    sent: list[list[str]] = []
+    original = whole._engine.encode_flat
+
+    def spy(texts):  # type: ignore[no-untyped-def]
+        sent.append(list(texts))
+        return original(texts)
+
+    monkeypatch.setattr(whole._engine, "encode_flat", spy)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(14):
+        history.append({"role": "user", "content": f"question {i}: " + "ünïcode words " * 40})
+        history.append(
+            {"role": "assistant", "content": f"answer {i} " * 50, "reasoning_content": "hm " * 30}
+        )
+    prompt = qe.format_prompt(history, add_generation_prompt=False)
+    one_message = qe.format_prompt(
+        [{"role": "user", "content": "word " * 4000}], add_generation_prompt=False
+    )
+    for batch in ([prompt], [prompt, one_message], [one_message]):
+        whole.clear_cache()
+        sent.clear()
+        got = whole.encode_batch(batch)
+        for n, (g, w) in enumerate(zip(got, runs.encode_batch(batch), strict=True)):
+            _same(g, w, (threads, len(batch), n))
+        # One engine call: with fewer texts than threads, the long conversation in `threads`
+        # pieces, each on a turn marker; the one-message prompt has no turn marker past its
+        # first half (a system turn, then the message), so it stays whole.
+        assert len(sent) == 1 and "".join(sent[0]) == "".join(p.text for p in batch)
+        assert all(piece.startswith("<|im_start|>") for piece in sent[0])
+        cut = len(batch) < threads
+        assert len(sent[0]) == sum(threads if cut and p is prompt else 1 for p in batch)
 
 
 def test_separable() -> None:
