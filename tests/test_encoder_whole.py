@@ -7,6 +7,7 @@ dropped, caller text spelling markers), batched and one prompt at a time, on bot
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,9 @@ def _count_whole(encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch) -> list[i
     taken: list[int] = []
     original = encoder._whole_encode
 
-    def spy(rows):  # type: ignore[no-untyped-def]
+    def spy(rows, *rest):  # type: ignore[no-untyped-def]
         taken.append(len(rows.texts))
-        return original(rows)
+        return original(rows, *rest)
 
     monkeypatch.setattr(encoder, "_whole_encode", spy)
     return taken
@@ -86,6 +87,82 @@ def test_a_batch_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
     # a user text spelling <tool_response>, or a combining mark where the owner changes).
     assert taken and min(taken) > 200, taken
     assert whole.cache_info()["head_hits"] >= 1
+
+
+def test_a_large_batch_goes_in_chunks_encoded_on_a_worker_thread(pair, monkeypatch) -> None:
+    """Past ``_CHUNK_CHARS`` of text a batch is laid out and encoded chunk by chunk, each
+    chunk's engine call on a worker thread: the same arrays and refusals, in place, with system
+    turns kept by one chunk taken by the next."""
+    whole, runs = pair
+    monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", 3000)
+    threads: list[str] = []
+    original = whole._whole_engine
+
+    def spy(rows):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return original(rows)
+
+    monkeypatch.setattr(whole, "_whole_engine", spy)
+    want = runs.encode_batch(PROMPTS, errors="return")
+    whole.clear_cache()
+    for round_ in ("cold", "kept heads"):
+        threads.clear()
+        got = whole.encode_batch(PROMPTS, errors="return")
+        for n, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, (round_, n))
+        assert len(threads) > 20 and all(t.startswith("qwen-encode") for t in threads)
+    assert whole.cache_info()["head_hits"] >= 1
+    refused = [n for n, w in enumerate(want) if not isinstance(w, qe.Encoding)]
+    if refused:  # reject mode: the first refusal raises, from whichever chunk holds it
+        with pytest.raises(type(want[refused[0]])):
+            whole.encode_batch(PROMPTS)
+    # A batch under the limit is one chunk, encoded on the calling thread.
+    threads.clear()
+    whole.encode_batch(PROMPTS[:3], errors="return")
+    assert threads == [threading.current_thread().name]
+
+
+def _chunked_ids(encoder: qe.Encoder, out: Any) -> None:
+    out.put(
+        [
+            e.input_ids.tolist()
+            for e in encoder.encode_batch(PROMPTS[:60], errors="return")
+            if isinstance(e, qe.Encoding)
+        ]
+    )
+
+
+def test_chunked_batches_from_threads_and_from_a_forked_child(pair, monkeypatch) -> None:
+    """Batches chunked at once by several threads share the worker thread; a child forked after
+    the worker started (datasets' num_proc) gets a worker of its own instead of its copy of the
+    parent's, which holds no thread and would never run the work handed to it."""
+    import multiprocessing
+    import queue
+
+    whole, runs = pair
+    monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", 3000)
+    want = [
+        e.input_ids.tolist()
+        for e in runs.encode_batch(PROMPTS[:60], errors="return")
+        if isinstance(e, qe.Encoding)
+    ]
+    results: queue.Queue[Any] = queue.Queue()
+    callers = [threading.Thread(target=_chunked_ids, args=(whole, results)) for _ in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=120)
+    assert [results.get_nowait() for _ in callers] == [want] * 4
+    context = multiprocessing.get_context("fork")
+    child_results = context.Queue()
+    child = context.Process(target=_chunked_ids, args=(whole, child_results), daemon=True)
+    child.start()
+    try:
+        got = child_results.get(timeout=60)  # queue.Empty: the child's work never ran
+        child.join(timeout=60)
+        assert child.exitcode == 0 and got == want
+    finally:
+        child.kill()
 
 
 def test_the_arrays_are_the_callers_to_change(pair) -> None:
