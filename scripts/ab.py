@@ -144,8 +144,8 @@ def main() -> None:
     old = import_base(args.base)
     old_enc = old.Encoder.from_pretrained(args.model, engine=args.engine)
     new_enc = new.Encoder.from_pretrained(args.model, engine=args.engine)
-    # One fastokens instance for both: two used in turn slow each other 1.7-1.8x (each evicts
-    # the other's word cache from the CPU's caches), which would hide engine-side changes.
+    # One fastokens instance for both: two used in turn slow each other 1.7-1.8x (measured; the
+    # cause is not established), which would blur engine-side changes.
     engines = (getattr(old_enc, "_engine", None), getattr(new_enc, "_engine", None))
     if all(getattr(e, "name", None) == "fastokens" for e in engines):
         engines[0].tokenizer = engines[1].tokenizer  # type: ignore[union-attr]

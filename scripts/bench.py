@@ -312,8 +312,8 @@ def _throughput_tasks(
     first. The engine limit is the fastest exact engine on the same text, rendered beforehand, in
     one call: what qwen-encode would cost if rendering, markers, masks and the per-run
     bookkeeping were free. It runs on the encoder's own fastokens instance, apart from any
-    other: two instances used in turn slow each other 1.7-1.8x (each evicts the other's word
-    cache from the CPU's caches), the limit, a pure engine call, more than qwen-encode, which
+    other: two instances used in turn slow each other 1.7-1.8x (measured; the cause is not
+    established), the limit, a pure engine call, more than qwen-encode, which
     inflated the shares up to 2x when literal and atomic mode alternated with it. Every row,
     the limit included, runs on an engine that has seen the corpus before (fastokens keeps a
     word cache: new text costs it ~1.4x more), so the shares compare like with like."""
