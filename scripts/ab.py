@@ -8,12 +8,14 @@ another name), on the same rows, alternating, medians of paired ratios. Outputs 
 ``short``: scripts/short_rows.py rows; ``agent``: the same with one shared system prompt and tools
 block; ``corpus``: bench.py's long conversations (``--rows`` of them); ``chat``: a chat session
 grown to ``--rows`` messages. Ratio > 1: this checkout is faster. This machine drifts by ±20%
-between runs; the same code against itself reads 0.89-1.05.
+between runs; the same code against itself reads 0.89-1.05. Both packages share one fastokens
+instance and one chunk worker thread, and every run starts from a collected heap.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import io
 import statistics
@@ -38,6 +40,13 @@ import qwen_encode as new  # noqa: E402
 
 def import_base(commit: str) -> Any:
     """``qwen_encode`` at ``commit``, importable as ``qwen_encode_<commit>``."""
+    # Keyed by the full hash: a name such as HEAD moves, and its folder would be a stale copy.
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{commit}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     name = f"qwen_encode_{commit}"
     folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-{commit}"
     if not (folder / name).is_dir():
@@ -149,6 +158,9 @@ def main() -> None:
     engines = (getattr(old_enc, "_engine", None), getattr(new_enc, "_engine", None))
     if all(getattr(e, "name", None) == "fastokens" for e in engines):
         engines[0].tokenizer = engines[1].tokenizer  # type: ignore[union-attr]
+    # And one worker thread for chunked batches: fastokens keeps state per calling thread.
+    if hasattr(old.encoder, "_workers") and hasattr(new.encoder, "_workers"):
+        old.encoder._workers = new.encoder._workers
     if args.set == "chat":
         tasks = {
             "old": _chat_tasks(old, old_enc, args.rows),
@@ -166,6 +178,10 @@ def main() -> None:
         order = ("old", "new") if run % 2 == 0 else ("new", "old")
         for name in tasks["old"]:
             for version in order:
+                # Each run from a collected heap: the garbage of the run before (the other
+                # package's, or its own) would otherwise be collected inside this one. Without
+                # it the same code read 0.81-0.84x against itself on format_prompt.
+                gc.collect()
                 start = time.perf_counter()
                 tasks[version][name]()
                 times[version][name].append(time.perf_counter() - start)
