@@ -31,7 +31,8 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
    (6-7 messages, ~445 tokens, 40% with a tools block), per-row microseconds of each step
    (turns_from_messages, format_prompt, encode_batch on rendered prompts, the engine alone on the
    rendered text), end to end batched and per row with its share of the engine and its ratio to
-   transformers; then an agent set (every row the same system prompt and tools block)
+   transformers; then an agent set (every row the same system prompt and tools block), and agent
+   sets whose shared block grows to ~9,000 tokens (``short_rows.AGENT_BLOCKS``)
 
 The corpus is generated deterministically: multi-turn, multilingual, code, reasoning, tools in
 half of the conversations, fine-tuning-like sizes, and words drawn at random so that no cache
@@ -910,6 +911,60 @@ def _short_rows(model: str, count: int, runs: int) -> None:
     for title, rows in sets.items():
         results = _short_rows_set(encoder, clear, title, rows, runs)
         _short_rows_transformers(model, rows[: min(len(rows), 1000)], results, len(rows))
+    _agent_blocks(encoder, clear, min(count, 3000), runs)
+
+
+def _agent_blocks(encoder: qe.Encoder, clear: Callable[[], None], count: int, runs: int) -> None:
+    """Agent sets whose shared block grows: the engine pays for the block in every row,
+    qwen-encode renders and encodes it once, so past some size it must overtake the engine."""
+    from short_rows import AGENT_BLOCKS, make_agent_rows
+
+    flat = encoder._engine.tokenizer  # type: ignore[attr-defined]
+    print(
+        f"\nagent sets by shared block ({count} rows each, median of {runs} alternating runs, "
+        f"load {_load()}):"
+    )
+    for tools, words in AGENT_BLOCKS:
+        rows = make_agent_rows(count, tools=tools, system_words=words)
+
+        def render(rows: list[dict[str, Any]] = rows) -> list[qe.Prompt]:
+            return [
+                qe.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False)
+                for r in rows
+            ]
+
+        rendered = [p.text for p in render()]
+
+        def batched(render: Callable[[], list[qe.Prompt]] = render) -> int:
+            clear()
+            return sum(len(e) for e in encoder.encode_batch(render()))
+
+        def per_row(rows: list[dict[str, Any]] = rows) -> int:
+            clear()
+            return sum(
+                len(
+                    encoder.encode_messages(
+                        r["messages"], tools=r["tools"], add_generation_prompt=False
+                    )
+                )
+                for r in rows
+            )
+
+        def engine(rendered: list[str] = rendered) -> int:
+            return len(flat.encode_batch_flat(rendered)[0]) // 4
+
+        results = _median_runs({"engine": engine, "batched": batched, "per row": per_row}, runs)
+        limit = results["engine"][0]
+        tokens = results["batched"][1] / count
+        shares = ", ".join(
+            f"{name} {seconds / count * 1e6:6.1f} us/row (share {limit / seconds:4.2f})"
+            for name, (seconds, _) in results.items()
+            if name != "engine"
+        )
+        print(
+            f"  {tools:2d} tools, {words:3d}-word system prompt: {tokens:6.0f} tokens/row, "
+            f"engine {limit / count * 1e6:6.1f} us/row; {shares}"
+        )
 
 
 def _short_rows_set(

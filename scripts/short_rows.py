@@ -5,6 +5,7 @@ its tools), half of the others with a system prompt (from a small pool too).
     from short_rows import make_rows
     rows = make_rows(10_000)                # [{"messages": [...], "tools": [...] | None}, ...]
     agent = make_rows(10_000, shared=True)  # every row: the same system prompt and tools block
+    big = make_agent_rows(3_000, tools=32, system_words=800)  # the same, a ~9,000-token block
 
 Deterministic (seeded). The words are random syllables (``bench._words``), so nothing but what a
 data set would really repeat (tools, system prompts) repeats.
@@ -21,6 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import _tool as bench_tool
 from bench import _words
+
+#: The shared blocks of ``make_agent_rows`` the bench sweeps: (tools, system prompt words), from
+#: a small block to one of ~9,000 tokens (an agent harness's system prompt and tool schemas).
+AGENT_BLOCKS = ((8, 150), (16, 400), (32, 800))
 
 #: Distinct tool sets and system prompts a set draws from.
 TOOL_SETS = 24
@@ -106,3 +111,15 @@ def make_rows(count: int, seed: int = 0, *, shared: bool = False) -> list[dict[s
             system = rng.choice(systems) if rng.random() < 0.5 else None
             rows.append({"messages": _chat_row(rng, system), "tools": None})
     return rows
+
+
+def make_agent_rows(
+    count: int, tools: int, system_words: int, seed: int = 1
+) -> list[dict[str, Any]]:
+    """``count`` rows sharing one system prompt of ``system_words`` words and one block of
+    ``tools`` tools of the benchmark corpus's size (longer descriptions, up to four parameters),
+    each row otherwise an agent set's row (a call of two tools, their results, the answer)."""
+    rng = random.Random(seed)
+    block = [bench_tool(rng, i) for i in range(tools)]
+    system = _words(rng, system_words)
+    return [{"messages": _tool_row(rng, system, block), "tools": block} for _ in range(count)]
