@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import qwen_encode as qe
+from qwen_encode import encoder_whole
 from qwen_encode.protocol import Prompt, Special, Text
 from tests.conftest import runs_only
 
@@ -127,15 +128,22 @@ def test_an_unknown_segment_or_marker_is_refused_by_name(qwen38_dir: Path) -> No
     _same(out[0], out[3])  # type: ignore[arg-type]
 
 
-def test_a_surrogate_in_one_prompt_refuses_it_alone(qwen38_dir: Path) -> None:
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_surrogate_in_one_prompt_refuses_it_alone(
+    qwen38_dir: Path, chunked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No run is checked up front: the engine's refusal sends the batch round again, checked.
+    # Chunked, the refusal is raised on the worker thread and reaches the caller all the same.
+    if chunked:
+        monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", 10)
     encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
     good = Prompt((Special("<|im_start|>"), Text("user\nhé")))
     bad = Prompt((Special("<|im_start|>", turn=0), Text("a\ud800b", turn=0, field="content")))
-    out = encoder.encode_batch([good, bad, good], errors="return")
-    assert isinstance(out[1], qe.PromptError)
-    assert out[1].field == "content" and out[1].message_index == 0
-    _same(out[0], out[2])  # type: ignore[arg-type]
+    out = encoder.encode_batch([good, good, bad, good], errors="return")
+    assert isinstance(out[2], qe.PromptError)
+    assert out[2].field == "content" and out[2].message_index == 0
+    _same(out[0], out[3])  # type: ignore[arg-type]
+    _same(out[0], out[1])  # type: ignore[arg-type]
     _same(out[0], encoder.encode(good))
     with pytest.raises(qe.PromptError):
         encoder.encode_batch([good, bad])
