@@ -403,18 +403,17 @@ class Encoder(_Whole):
                 if pending is None and not more:  # one chunk, or the last after none: no thread
                     self._place_whole(encodings, prompts, errors, rows, None)
                     continue
-                future = _workers().submit(self._whole_engine, rows)
+                previous, pending = pending, (rows, _workers().submit(self._whole_engine, rows))
                 # The worker needs the GIL to make its engine call; handed over now, the call
                 # starts at once instead of after the switch interval (5 ms: a chunk's worth).
                 time.sleep(0)
-                if pending is not None:
-                    self._place_whole(encodings, prompts, errors, *pending)
-                pending = (rows, future)
+                if previous is not None:
+                    self._place_whole(encodings, prompts, errors, *previous)
             if pending is not None:
-                self._place_whole(encodings, prompts, errors, *pending)
-                pending = None
+                previous, pending = pending, None
+                self._place_whole(encodings, prompts, errors, *previous)
         finally:
-            if pending is not None:  # a refusal raised: that chunk's engine work is not wanted
+            if pending is not None:  # something raised: that chunk's engine work is not wanted
                 pending[1].cancel()
         return encodings
 
@@ -569,8 +568,8 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def _forget_workers() -> None:
-    """In a forked child (datasets' num_proc, a Ray worker): its copy of the pool counts the
-    parent's threads as idle and has none, so work handed to it would wait forever."""
+    """In a forked child (``datasets.map(num_proc=N)`` forks on Linux): its copy of the pool
+    counts the parent's thread as idle and has none, so work handed to it would wait forever."""
     global _WORKERS, _WORKERS_LOCK
     _WORKERS = None
     _WORKERS_LOCK = threading.Lock()
