@@ -939,20 +939,10 @@ def _agent_blocks(encoder: qe.Encoder, clear: Callable[[], None], count: int, ru
             clear()
             return sum(len(e) for e in encoder.encode_batch(render()))
 
-        def per_row(rows: list[dict[str, Any]] = rows) -> int:
-            clear()
-            return sum(
-                len(
-                    encoder.encode_messages(
-                        r["messages"], tools=r["tools"], add_generation_prompt=False
-                    )
-                )
-                for r in rows
-            )
-
         def engine(rendered: list[str] = rendered) -> int:
             return len(flat.encode_batch_flat(rendered)[0]) // 4
 
+        per_row = _per_row(encoder, clear, rows)
         results = _median_runs({"engine": engine, "batched": batched, "per row": per_row}, runs)
         limit = results["engine"][0]
         tokens = results["batched"][1] / count
@@ -965,6 +955,25 @@ def _agent_blocks(encoder: qe.Encoder, clear: Callable[[], None], count: int, ru
             f"  {tools:2d} tools, {words:3d}-word system prompt: {tokens:6.0f} tokens/row, "
             f"engine {limit / count * 1e6:6.1f} us/row; {shares}"
         )
+
+
+def _per_row(
+    encoder: qe.Encoder, clear: Callable[[], None], rows: list[dict[str, Any]]
+) -> Callable[[], int]:
+    """End to end, per row: ``encode_messages`` on each row, the caches cleared first."""
+
+    def per_row() -> int:
+        clear()
+        return sum(
+            len(
+                encoder.encode_messages(
+                    r["messages"], tools=r["tools"], add_generation_prompt=False
+                )
+            )
+            for r in rows
+        )
+
+    return per_row
 
 
 def _short_rows_set(
@@ -987,16 +996,7 @@ def _short_rows_set(
             for r in rows
         ]
 
-    def per_row() -> int:
-        clear()
-        return sum(
-            len(
-                encoder.encode_messages(
-                    r["messages"], tools=r["tools"], add_generation_prompt=False
-                )
-            )
-            for r in rows
-        )
+    per_row = _per_row(encoder, clear, rows)
 
     def turns_only() -> int:
         for r in rows:
