@@ -1,6 +1,7 @@
 """qwen-encode: exact, injection-safe Qwen 3.8 prompt encoding and completion parsing."""
 
-from . import markers, provenance
+# _accelerator first: it chooses compiled or pure Python before any such module is imported.
+from . import _accelerator, markers, provenance
 from .checkpoint import CheckpointFiles, resolve_checkpoint
 from .conversation import ImageBlock, TextBlock, ToolCall, Turn, VideoBlock, turns_from_messages
 from .encoder import ChatSession, Encoder, Encoding, EngineName, MarkersInText
@@ -58,6 +59,8 @@ from .vocabulary import (
     validate_checkpoint,
 )
 
+accelerator_info = _accelerator.accelerator_info
+
 __all__ = [
     "DRIFT_KINDS",
     "ChatSession",
@@ -103,6 +106,7 @@ __all__ = [
     "VideoBlock",
     "Vocabulary",
     "VocabularyError",
+    "accelerator_info",
     "checkpoint_report",
     "compare_checkpoints",
     "format_prompt",

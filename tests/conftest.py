@@ -15,6 +15,14 @@ QWEN38 = CHECKPOINTS / "qwen3.8-27b"
 QWEN3 = CHECKPOINTS / "qwen3"
 
 
+def pytest_report_header() -> str:
+    """Whether this run tests the compiled modules or pure Python (``qwen_encode._accelerator``)."""
+    import qwen_encode
+
+    hows = list(qwen_encode.accelerator_info().values())
+    return "qwen-encode modules: " + ", ".join(f"{hows.count(h)} {h}" for h in dict.fromkeys(hows))
+
+
 def runs_only(encoder):  # type: ignore[no-untyped-def]
     """``encoder`` with its whole-prompt path off: every prompt laid out run by run, for the
     tests of that path's own machinery (the run cache, encoding a request run by run)."""
