@@ -131,7 +131,9 @@ class Encoder(_Whole):
         self._heads: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._head_bytes = 0
         self._head_hits = 0
-        self._added_ids: Mapping[str, int] = vocabulary.added_tokens
+        # A dict of its own (the vocabulary holds a read-only view): the layouts look markers up
+        # in it directly, a view costs a method call a lookup.
+        self._added_ids: dict[str, int] = dict(vocabulary.added_tokens)
         # A marker item's IDs, by its code in _Batch.source.
         self._marker_ids = {
             -1 - token_id: np.array([token_id], dtype=np.int32)

@@ -10,7 +10,7 @@ import re
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ class _Layout:
     # The encoder's state, set by ``Encoder.__init__`` (see there); declared here, in the first
     # of the classes the encoder's internals are split into, for those methods' types.
     markers_in_text: str
-    _added_ids: Mapping[str, int]
+    _added_ids: dict[str, int]
     _marker_ids: dict[int, np.ndarray]
     _marker_codes: dict[str, int]
     _added_pattern: re.Pattern[str]

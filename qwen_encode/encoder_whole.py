@@ -34,7 +34,7 @@ from .encoder_layout import _keepable
 from .encoder_pieces import _cut_length
 from .encoding import Encoding
 from .markers import TURN_OPEN
-from .prompt import _RUN_BAD, _RUN_MARKER, Prompt
+from .prompt import _RUN_BAD, _RUN_MARKER, _RUN_TEXT, Prompt
 
 _KIND = itemgetter(0)
 # A prompt encoded alone goes whole up to this many characters (after its kept system turn).
@@ -253,26 +253,20 @@ class _Whole(_Assembly):
         rest = runs[start:] if start else runs
         if not rest:
             return False
-        # One pass over the runs into columns; kinds are 0 (marker) and 1 (text) from here on.
-        kinds, texts, turns, trained, parts = zip(*rest, strict=True)
-        if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
-            return False  # its tokens would not start on a marker, or it holds a refusal
-        text = "".join(texts)
-        if self._cuttable and _cut_length(len(text)):
-            return False  # long: encoded in pieces, to bound the engine's memory
-        is_marker = list(map(not_, kinds))
-        markers = list(compress(texts, is_marker))
-        expected: list[Any] = list(map(self._added_ids.get, markers))
-        if None in expected or self._spells_marker(text, texts, kinds, markers):
-            return False  # refused, or encoded literally / refused by the run-by-run path
-        if longest and len(text) > longest and not self._first_time(texts, kinds, rows):
-            return False  # a long request met before (see _whole_rows)
-        row = len(rows.texts)
         # A head left out is one run of its own before the row's (its tokens: its kept IDs).
         base = rows.runs + (head is not None)
-        if parts.count(None) != len(parts) and not self._whole_crossing(
-            rest, parts, base, row, rows.crossing
-        ):
+        columns = _columns(rest, base, self._added_ids, self._marker_initial)
+        if columns is None:
+            return False  # its tokens would not start on a marker, or it holds a refusal
+        text, expected, marker_runs, turns, trained, crossing, suspect = columns
+        if self._cuttable and _cut_length(len(text)):
+            return False  # long: encoded in pieces, to bound the engine's memory
+        if self._spells_marker(suspect):
+            return False  # a text run spells an added token: encoded literally or refused
+        if longest and len(text) > longest and not self._first_time(rest, rows):
+            return False  # a long request met before (see _whole_rows)
+        row = len(rows.texts)
+        if crossing and not self._whole_crossing(rest, base, row, rows.crossing):
             return False
         if new is not None:
             rows.new_heads[new] = (row, list(map(_KIND, new)).count(_RUN_MARKER))
@@ -285,21 +279,22 @@ class _Whole(_Assembly):
         rows.heads.append(head)
         rows.firsts.append(len(rows.expected))
         rows.expected += expected
-        rows.marker_runs += compress(range(base, base + len(rest)), is_marker)
+        rows.marker_runs += marker_runs
         rows.turn += turns
         rows.trained += trained
         rows.runs = base + len(rest)
         return True
 
-    def _first_time(self, texts: tuple[str, ...], kinds: tuple[int, ...], rows: _Rows) -> bool:
+    def _first_time(self, rest: Sequence[Any], rows: _Rows) -> bool:
         """Whether a long request's first text run is new to the run cache (and, if so, that
         run is to be kept once encoded: ``rows.seen``)."""
-        if len(kinds) < 2 or not kinds[1]:
+        if len(rest) < 2 or rest[1][0] != _RUN_TEXT:
             return False
+        first = rest[1][1]
         with self._lock:
-            if texts[1] in self._cache:
+            if first in self._cache:
                 return False
-        rows.seen = texts[1]
+        rows.seen = first
         return True
 
     def _whole_head(
@@ -324,20 +319,12 @@ class _Whole(_Assembly):
             return None, 0, head
         return None, 0, None
 
-    def _spells_marker(
-        self, text: str, texts: tuple[str, ...], kinds: tuple[int, ...], markers: list[str]
-    ) -> bool:
-        """Whether a text run spells an added token (the markers' own text aside)."""
-        initial = self._marker_initial
-        if initial is not None and text.count(initial) == "".join(markers).count(initial):
-            return False  # no run holds the character every added token starts with
-        # One search for the prompt: its text runs (kind 1) joined by NUL, which no Qwen added
-        # token holds, so a match never spans two of them (if one did, it would be a false
-        # alarm: the prompt would go run by run, never get wrong IDs).
-        return self._added_pattern.search("\x00".join(compress(texts, kinds))) is not None
+    def _spells_marker(self, suspect: str | None) -> bool:
+        """Whether a text run spells an added token, given the runs that may (``_Columns``)."""
+        return suspect is not None and self._added_pattern.search(suspect) is not None
 
     def _whole_crossing(
-        self, rest: Sequence[Any], parts: tuple[Any, ...], base: int, row: int, out: list[_Crossing]
+        self, rest: Sequence[Any], base: int, row: int, out: list[_Crossing]
     ) -> bool:
         """The runs whose owner changes inside them, with where each part starts in bytes: a
         byte-level token spells its bytes in order, so its offset in the run is the sum of the
@@ -347,10 +334,9 @@ class _Whole(_Assembly):
             return False
         nfc = self._tokenizer.normalizer is not None
         found: list[_Crossing] = []
-        for at, run_parts in enumerate(parts):
+        for at, (_, text, _, _, run_parts) in enumerate(rest):
             if run_parts is None:
                 continue
-            text = rest[at][1]
             if nfc and not unicodedata.is_normalized("NFC", text):
                 return False
             starts = tuple(
@@ -463,6 +449,77 @@ class _Whole(_Assembly):
             with self._lock:
                 self._remember_head(key, block)
         return [found[h] if type(h) is tuple else h for h in rows.heads]
+
+
+# One prompt's runs as the columns ``_lay_out_whole`` adds to a batch: its text, its markers' IDs
+# and runs (counted from ``base``), each run's owner, whether some run changes owner inside it,
+# and what ``_added_pattern`` must search (its text runs that may spell an added token, joined
+# by NUL, which no Qwen added token holds; None: none can); None when the prompt does not start
+# on a marker, holds a refusal (a hand-made segment of no known type), or a marker the
+# vocabulary lacks.
+_Columns: TypeAlias = tuple[str, list[int], list[int], Any, Any, bool, str | None]
+
+
+def _columns_builtin(
+    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
+) -> _Columns | None:
+    """``_Columns`` in a few passes of builtins over the runs: pure Python's fastest."""
+    kinds, texts, turns, trained, parts = zip(*rest, strict=True)
+    if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
+        return None
+    is_marker = list(map(not_, kinds))
+    markers = list(compress(texts, is_marker))
+    expected: list[Any] = list(map(added_ids.get, markers))
+    if None in expected:
+        return None
+    text = "".join(texts)
+    # Every added token starts with ``initial``: when the text holds it only in the markers,
+    # no text run can spell one (most prompts).
+    suspect = None
+    if initial is None or text.count(initial) != "".join(markers).count(initial):
+        suspect = "\x00".join(compress(texts, kinds))
+    marker_runs = list(compress(range(base, base + len(rest)), is_marker))
+    crossing = parts.count(None) != len(parts)
+    return text, expected, marker_runs, turns, trained, crossing, suspect
+
+
+def _columns_loop(
+    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
+) -> _Columns | None:
+    """``_Columns`` in one pass over the runs: what the compiled module runs (typed by
+    encoder_whole.pxd, a third of the builtins' time; as Python, twice it)."""
+    texts: list[str] = []
+    expected: list[int] = []
+    marker_runs: list[int] = []
+    turns: list[int] = []
+    trained: list[bool] = []
+    suspect: list[str] = []
+    crossing = False
+    for k in range(len(rest)):
+        run = rest[k]
+        kind = run[0]
+        text = run[1]
+        if kind == _RUN_MARKER:
+            found = added_ids.get(text)
+            if found is None:
+                return None
+            expected.append(found)
+            marker_runs.append(base + k)
+        elif kind != _RUN_TEXT or not k:
+            return None
+        elif initial is None or initial in text:
+            suspect.append(text)
+        texts.append(text)
+        turns.append(run[2])
+        trained.append(run[3])
+        if run[4] is not None:
+            crossing = True
+    joined = "\x00".join(suspect) if suspect else None
+    return "".join(texts), expected, marker_runs, turns, trained, crossing, joined
+
+
+# Compiled by setup.py this module is a shared object, not its .py.
+_columns = _columns_builtin if __file__.endswith(".py") else _columns_loop
 
 
 def _for_threads(texts: list[str]) -> tuple[list[str], list[int] | None]:

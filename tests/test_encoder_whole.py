@@ -328,6 +328,44 @@ def test_long_prompts_of_a_small_batch_are_cut_for_the_engines_threads(
         assert len(sent[0]) == sum(threads if cut and p is prompt else 1 for p in batch)
 
 
+def _decision(columns: Any, pattern: Any) -> Any:
+    """What ``_lay_out_whole`` reads from a prompt's ``_Columns``: the suspect runs matter only
+    through whether the added tokens' pattern finds one in them."""
+    if columns is None:
+        return None
+    text, expected, marker_runs, turns, trained, crossing, suspect = columns
+    spells = suspect is not None and pattern.search(suspect) is not None
+    return text, expected, marker_runs, list(turns), list(trained), crossing, spells
+
+
+def test_the_two_layouts_of_a_prompt_agree(qwen38_dir: Path) -> None:
+    """The compiled module lays out with ``_columns_loop``, pure Python with
+    ``_columns_builtin``: both run here, as Python, on the corpus (markers spelled in caller
+    text, runs changing owner), hand-made prompts (text first, an unknown segment type, a
+    marker the vocabulary lacks), every offset, and with and without the markers' initial."""
+    encoder = qe.Encoder.from_pretrained(qwen38_dir, engine="tokenizers")
+    odd = [
+        Prompt((Text("no marker first"), Special("<|im_start|>"), Text("x"))),
+        Prompt((Special("<|im_start|>"), Text("user\nhi"), Special("<|im_end|>"))),
+        Prompt((Special("<|im_start|>"), Special("<|im_end|>"))),
+        Prompt((Special("<|im_start|>"), Special("<not_a_token|>"), Text("x"))),
+        Prompt((Special("<|im_start|>"), "neither", Text("x"))),  # type: ignore[arg-type]
+    ]
+    initials = (encoder._marker_initial, None)
+    taken = refused = spelled = 0
+    for prompt in [*PROMPTS, *odd]:
+        runs = prompt._layout()
+        for base, initial in ((0, initials[0]), (7, initials[0]), (3, initials[1])):
+            args = (runs, base, encoder._added_ids, initial)
+            want = _decision(encoder_whole._columns_builtin(*args), encoder._added_pattern)
+            got = _decision(encoder_whole._columns_loop(*args), encoder._added_pattern)
+            assert got == want, (prompt, base, initial)
+        taken += want is not None
+        refused += want is None
+        spelled += want is not None and want[-1]
+    assert initials[0] == "<" and taken > 400 and refused == 3 and spelled > 20
+
+
 def test_separable() -> None:
     qwen = json.loads((ROOT / "fixtures" / "qwen3.8-tiny" / "tokenizer.json").read_text())
     assert _separable([t["content"] for t in qwen["added_tokens"]])
