@@ -30,6 +30,7 @@ MODULES: Final = (
     "conversation",
     "encoder",
     "encoder_assembly",
+    "encoder_owners",
     "encoder_whole",
     "encoding",
     "prompt",

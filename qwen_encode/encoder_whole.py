@@ -29,8 +29,10 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from . import encoder_owners
 from .encoder_assembly import _Assembly
 from .encoder_layout import _keepable
+from .encoder_owners import _owners
 from .encoder_pieces import _cut_length
 from .encoding import Encoding
 from .markers import TURN_OPEN
@@ -52,6 +54,9 @@ _THREAD_PIECE = 4096
 # before assembled (the engine releases the GIL): encode_batch 9-13% faster on 3,000 short rows
 # and on the benchmark corpus (chunks of 128K-256K characters gained 4-15%, noisier).
 _CHUNK_CHARS = 1 << 19
+# The batch's arrays in one pass over its IDs when encoder_owners is compiled (setup.py); in
+# Python that is a loop over tokens, and the numpy passes are faster.
+_ONE_PASS = not encoder_owners.__file__.endswith(".py")
 
 
 class _Rows:
@@ -183,9 +188,72 @@ class _Whole(_Assembly):
         """The rows' encodings by position (of their IDs, ``encoded``, or encoded now), and the
         positions of rows to encode run by run after all (see ``_whole_arrays``)."""
         ids, bounds = self._whole_engine(rows) if encoded is None else encoded
+        floor = self._added_floor
+        if _ONE_PASS and floor is not None:
+            return self._whole_owned(rows, ids, bounds, floor)
         if len(rows.texts) == 1:
             return self._whole_one(rows, ids, bounds)
         return self._whole_arrays(rows, ids, bounds)
+
+    def _whole_owned(
+        self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray, floor: int
+    ) -> tuple[dict[int, Encoding], list[int]]:
+        """``_whole_arrays`` with the per-token work in one compiled pass (``_owners``)."""
+        heads = rows.heads
+        if rows.new_heads or rows.seen is not None:  # the first batch to meet a system turn
+            where = self._added_at(ids)
+            if not _markers_match(rows, ids, bounds, where):
+                return {}, rows.positions
+            heads = self._whole_heads(rows, ids, bounds, where)
+            self._keep_first_run(rows, ids, where)
+        columns = ([*rows.firsts, len(rows.expected)], rows.expected, rows.marker_runs)
+        owned = _owners(
+            ids,
+            bounds.tolist(),
+            floor,
+            (*columns, rows.turn, rows.trained),
+            heads,
+            rows.head_runs,
+            rows.runs,
+        )
+        if owned is None:
+            return {}, rows.positions
+        ids, edges, turn, trained, counts = owned
+        if len(rows.texts) == 1:  # a request: its one or two crossing runs in Python
+            if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
+                return {}, rows.positions
+            return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+        bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
+        return self._by_row(rows, ids, edges.tolist(), turn, trained, bad)
+
+    def _by_row(
+        self,
+        rows: _Rows,
+        ids: np.ndarray,
+        edges: list[int],
+        turn: np.ndarray,
+        trained: np.ndarray,
+        bad: set[int],
+    ) -> tuple[dict[int, Encoding], list[int]]:
+        """Each row's ``Encoding`` (views of the batch's arrays), the positions of bad rows."""
+        done: dict[int, Encoding] = {}
+        failed: list[int] = []
+        for row, (position, a, b) in enumerate(zip(rows.positions, edges, edges[1:], strict=False)):
+            if row in bad:
+                failed.append(position)
+            else:
+                done[position] = Encoding(ids[a:b], trained[a:b], turn[a:b])
+        return done, failed
+
+    def _keep_first_run(self, rows: _Rows, ids: np.ndarray, where: np.ndarray) -> None:
+        """A long request met the first time: its first text run's IDs into the run cache
+        (``_first_time``)."""
+        if rows.seen is None or not self._cache_limit:
+            return
+        at = where.tolist()
+        with self._lock:  # the first text run follows the first marker
+            end = at[1] if len(at) > 1 else len(ids)
+            self._remember(rows.seen, np.array(ids[at[0] + 1 : end]))
 
     def _whole_one(
         self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray
@@ -197,10 +265,7 @@ class _Whole(_Assembly):
         if len(at) != len(rows.expected) or ids[where].tolist() != rows.expected:
             return {}, rows.positions
         head = self._whole_heads(rows, ids, bounds, where)[0]
-        if rows.seen is not None and self._cache_limit:
-            with self._lock:  # the first text run follows the first marker
-                end = at[1] if len(at) > 1 else len(ids)
-                self._remember(rows.seen, np.array(ids[at[0] + 1 : end]))
+        self._keep_first_run(rows, ids, where)
         counts = [0] * rows.runs
         for run, start, end in zip(rows.marker_runs, at, [*at[1:], len(ids)], strict=True):
             counts[run] = 1
@@ -219,7 +284,7 @@ class _Whole(_Assembly):
         self,
         rows: _Rows,
         ids: np.ndarray,
-        counts: list[int],
+        counts: list[int] | np.ndarray,
         turn: np.ndarray,
         trained: np.ndarray,
     ) -> bool:
@@ -375,15 +440,7 @@ class _Whole(_Assembly):
         turn = np.repeat(np.asarray(rows.turn, dtype=np.int32), counts)
         trained = np.repeat(np.asarray(rows.trained, dtype=bool), counts)
         bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
-        done: dict[int, Encoding] = {}
-        failed: list[int] = []
-        edges = bounds.tolist()
-        for row, (position, a, b) in enumerate(zip(rows.positions, edges, edges[1:], strict=False)):
-            if row in bad:
-                failed.append(position)
-            else:
-                done[position] = Encoding(ids[a:b], trained[a:b], turn[a:b])
-        return done, failed
+        return self._by_row(rows, ids, bounds.tolist(), turn, trained, bad)
 
     def _split_crossing(
         self,
@@ -408,7 +465,9 @@ class _Whole(_Assembly):
         assert token_bytes is not None  # _whole_crossing took no crossing run otherwise
         sizes = token_bytes[ids[tokens]]
         ends = np.cumsum(sizes)
-        run_end = ends[np.cumsum(sizes_of) - 1] if len(ends) else ends
+        # Where each run's bytes end: 0 before the first token, so that a run of no tokens
+        # (empty parts) ends where the one before it did, even first or alone.
+        run_end = np.concatenate(([0], ends))[np.cumsum(sizes_of)]
         run_bytes = np.diff(run_end, prepend=0)
         begins = ends - sizes
         begins -= np.repeat(run_end - run_bytes, sizes_of)

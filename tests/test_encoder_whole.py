@@ -338,6 +338,46 @@ def _decision(columns: Any, pattern: Any) -> Any:
     return text, expected, marker_runs, list(turns), list(trained), crossing, spells
 
 
+EMPTY_CROSSING = [
+    # A run whose owner changes inside it but that has no text: no tokens to split.
+    Prompt((Special("<|im_start|>", 0), Text("", 0, False), Text("", 0, True))),
+    Prompt(
+        (
+            Special("<|im_start|>", 0),
+            Text("", 0, False),
+            Text("", 0, True),
+            Special("<|im_end|>", 0),
+        )
+    ),
+    Prompt(
+        (
+            *(Special("<|im_start|>", 0), Text("", 0, False), Text("", 0, True)),
+            *(Special("<|im_end|>", 0), Text("user\n", 1, False), Text("hi", 1, True)),
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize("one_pass", [False, True], ids=["numpy passes", "one pass"])
+def test_both_ways_to_the_arrays_give_the_run_by_run_arrays(pair, monkeypatch, one_pass) -> None:
+    """The batch's arrays from the IDs: the numpy passes (pure Python) or ``_owners``' one pass
+    (the compiled module's; run here as whatever this install has, Python or compiled), on the
+    conformance batch, requests one at a time, and runs changing owner with no tokens (a batch
+    of two of those once failed to broadcast)."""
+    whole, runs = pair
+    monkeypatch.setattr(encoder_whole, "_ONE_PASS", one_pass)
+    prompts = [*PROMPTS[:200], *EMPTY_CROSSING, *EMPTY_CROSSING]
+    whole.clear_cache()
+    for batch in (prompts, EMPTY_CROSSING[:1] * 2, EMPTY_CROSSING[1:]):
+        got = whole.encode_batch(batch, errors="return")
+        want = runs.encode_batch(batch, errors="return")
+        for n, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, n)
+    for n, prompt in enumerate(prompts[:40] + EMPTY_CROSSING):
+        got = whole.encode_batch([prompt], errors="return")
+        _same(got[0], runs.encode_batch([prompt], errors="return")[0], n)
+
+
 def test_the_two_layouts_of_a_prompt_agree(qwen38_dir: Path) -> None:
     """The compiled module lays out with ``_columns_loop``, pure Python with
     ``_columns_builtin``: both run here, as Python, on the corpus (markers spelled in caller
