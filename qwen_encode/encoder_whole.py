@@ -219,23 +219,24 @@ class _Whole(_Assembly):
         if owned is None:
             return {}, rows.positions
         ids, edges, turn, trained, counts = owned
-        if len(rows.texts) == 1:  # a request: its one or two crossing runs in Python
-            if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
-                return {}, rows.positions
-            return {rows.positions[0]: Encoding(ids, trained, turn)}, []
-        bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
-        return self._by_row(rows, ids, edges.tolist(), turn, trained, bad)
+        return self._by_row(rows, ids, edges.tolist(), counts, turn, trained)
 
     def _by_row(
         self,
         rows: _Rows,
         ids: np.ndarray,
         edges: list[int],
+        counts: list[int] | np.ndarray,
         turn: np.ndarray,
         trained: np.ndarray,
-        bad: set[int],
     ) -> tuple[dict[int, Encoding], list[int]]:
-        """Each row's ``Encoding`` (views of the batch's arrays), the positions of bad rows."""
+        """Each row's ``Encoding`` (views of the batch's arrays) once the runs whose owner
+        changes inside them are split, and the positions of rows to encode run by run."""
+        if len(rows.texts) == 1:  # a request: its one or two crossing runs in Python
+            if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
+                return {}, rows.positions
+            return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+        bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
         done: dict[int, Encoding] = {}
         failed: list[int] = []
         for row, (position, a, b) in enumerate(zip(rows.positions, edges, edges[1:], strict=False)):
@@ -276,9 +277,7 @@ class _Whole(_Assembly):
             ids = np.concatenate((head, ids))
         turn = np.repeat(np.array(rows.turn, dtype=np.int32), counts)
         trained = np.repeat(np.array(rows.trained, dtype=bool), counts)
-        if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
-            return {}, rows.positions
-        return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+        return self._by_row(rows, ids, [0, len(ids)], counts, turn, trained)
 
     def _split_one(
         self,
@@ -439,19 +438,19 @@ class _Whole(_Assembly):
         counts = counts[:-1]
         turn = np.repeat(np.asarray(rows.turn, dtype=np.int32), counts)
         trained = np.repeat(np.asarray(rows.trained, dtype=bool), counts)
-        bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
-        return self._by_row(rows, ids, bounds.tolist(), turn, trained, bad)
+        return self._by_row(rows, ids, bounds.tolist(), counts, turn, trained)
 
     def _split_crossing(
         self,
         rows: _Rows,
         ids: np.ndarray,
-        counts: np.ndarray,
+        counts: list[int] | np.ndarray,
         turn: np.ndarray,
         trained: np.ndarray,
     ) -> set[int]:
         """Give each token of a crossing run the owner of the part its first byte is in; the
         rows where a run's tokens do not spell its bytes exactly are returned as bad."""
+        counts = np.asarray(counts)
         crossing = rows.crossing
         runs = np.asarray([c[0] for c in crossing], dtype=np.int64)
         sizes_of = counts[runs]
