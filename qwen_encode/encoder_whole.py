@@ -208,7 +208,7 @@ class _Whole(_Assembly):
             self._keep_first_run(rows, ids, where)
         columns = ([*rows.firsts, len(rows.expected)], rows.expected, rows.marker_runs)
         owned = _owners(
-            ids,
+            np.ascontiguousarray(ids, dtype=np.int32),  # as the compiled loops read it
             bounds.tolist(),
             floor,
             (*columns, rows.turn, rows.trained),
@@ -233,6 +233,8 @@ class _Whole(_Assembly):
         """Each row's ``Encoding`` (views of the batch's arrays) once the runs whose owner
         changes inside them are split, and the positions of rows to encode run by run."""
         if len(rows.texts) == 1:  # a request: its one or two crossing runs in Python
+            if isinstance(counts, np.ndarray):
+                counts = counts.tolist()  # summed in Python: numpy's scalars cost 50x an int's
             if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
                 return {}, rows.positions
             return {rows.positions[0]: Encoding(ids, trained, turn)}, []
