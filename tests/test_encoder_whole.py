@@ -378,6 +378,77 @@ def test_both_ways_to_the_arrays_give_the_run_by_run_arrays(pair, monkeypatch, o
         _same(got[0], runs.encode_batch([prompt], errors="return")[0], n)
 
 
+def test_the_one_pass_refuses_columns_that_do_not_fit() -> None:
+    """Compiled, ``_owners``' loops index without bounds checks: whatever does not fit
+    together must be refused before they run (None), never read or written out of range."""
+    from qwen_encode.encoder_owners import _owners
+
+    floor = 100
+    ids = np.array([100, 5, 6, 101, 7], dtype=np.int32)  # marker, text, marker, text
+    good = ([0, 2], [100, 101], [0, 2], [0, 0, 1, 1], [False, False, True, True])
+    owned = _owners(ids, [0, 5], floor, good, [None], [], 4)
+    assert owned is not None
+    assert owned[2].tolist() == [0, 0, 0, 1, 1] and owned[3].tolist() == [0, 0, 0, 1, 1]
+    assert owned[4].tolist() == [1, 2, 1, 1]
+    head = np.array([1, 2, 3], dtype=np.int32)
+    with_head = ([0, 2], [100, 101], [1, 3], [0, 0, 0, 1, 1], [False, False, False, True, True])
+    owned = _owners(ids, [0, 5], floor, with_head, [head], [0], 5)
+    assert owned is not None and owned[0].tolist() == [1, 2, 3, 100, 5, 6, 101, 7]
+    assert owned[4].tolist() == [3, 1, 2, 1, 1]
+    bad = {
+        "bounds short of the IDs": (ids, [0, 4], good, [None], [], 4),
+        "bounds past the IDs": (ids, [0, 9], good, [None], [], 4),
+        "bounds backwards": (ids, [0, 5, 3, 5], ([0, 1, 2, 2], *good[1:]), [None] * 3, [], 4),
+        "no rows": (ids, [], good, [], [], 4),
+        "a marker's run past the runs": (
+            ids,
+            [0, 5],
+            ([0, 2], [100, 101], [0, 9], *good[3:]),
+            [None],
+            [],
+            4,
+        ),
+        "a negative marker run": (
+            ids,
+            [0, 5],
+            ([0, 2], [100, 101], [-1, 2], *good[3:]),
+            [None],
+            [],
+            4,
+        ),
+        "fewer owners than runs": (ids, [0, 5], (*good[:3], [0, 0, 1], good[4]), [None], [], 4),
+        "firsts not ending at the markers": (ids, [0, 5], ([0, 1], *good[1:]), [None], [], 4),
+        "a head without its run": (ids, [0, 5], with_head, [head], [], 5),
+        "a head run past the runs": (ids, [0, 5], with_head, [head], [7], 5),
+        "text after the last run": (
+            ids,
+            [0, 5],
+            ([0, 2], [100, 101], [0, 3], *good[3:]),
+            [None],
+            [],
+            4,
+        ),
+        "a marker the row lacks": (
+            ids,
+            [0, 5],
+            ([0, 2], [100, 102], [0, 2], *good[3:]),
+            [None],
+            [],
+            4,
+        ),
+        "a row not starting on a marker": (
+            ids[1:],
+            [0, 4],
+            ([0, 1], [101], [2], *good[3:]),
+            [None],
+            [],
+            4,
+        ),
+    }
+    for name, (array, bounds, columns, heads, head_runs, runs) in bad.items():
+        assert _owners(array, bounds, floor, columns, heads, head_runs, runs) is None, name
+
+
 def test_the_two_layouts_of_a_prompt_agree(qwen38_dir: Path) -> None:
     """The compiled module lays out with ``_columns_loop``, pure Python with
     ``_columns_builtin``: both run here, as Python, on the corpus (markers spelled in caller
