@@ -200,7 +200,7 @@ class _Whole(_Assembly):
     ) -> tuple[dict[int, Encoding], list[int]]:
         """``_whole_arrays`` with the per-token work in one compiled pass (``_owners``)."""
         heads = rows.heads
-        if rows.new_heads or rows.seen is not None:  # the first batch to meet a system turn
+        if rows.new_heads or rows.seen is not None:  # a system turn or a long request met first
             where = self._added_at(ids)
             if not _markers_match(rows, ids, bounds, where):
                 return {}, rows.positions
