@@ -78,11 +78,15 @@ def _survey() -> dict[str, str]:
     built = _manifest()
     found: dict[str, str] = {}
     for name in MODULES:
+        source = _HERE / f"{name}.py"
         if _compiled_file(name) is None:
             found[name] = NOT_COMPILED
+        elif not source.is_file():
+            # Shipped compiled without its source (as a freezer may): nothing else can run.
+            found[name] = COMPILED
         elif pure:
             found[name] = FORCED
-        elif built.get(name) != source_hash(_HERE / f"{name}.py"):
+        elif built.get(name) != source_hash(source):
             found[name] = STALE
         else:
             found[name] = COMPILED

@@ -102,6 +102,20 @@ def test_a_module_edited_since_compiled_runs_from_its_source(tmp_path: Path) -> 
 
 
 @needs_compiled
+def test_a_compiled_module_shipped_without_its_source_runs(tmp_path: Path) -> None:
+    """An install may ship a compiled module without its .py (a freezer, a stripped image):
+    it runs compiled, even with the switch set, rather than failing to import."""
+    copy = tmp_path / "qwen_encode"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    gone = COMPILED[0]
+    (copy / f"{gone}.py").unlink()
+    for switch in ("0", "1"):
+        report = _report({acc.PURE_ENV: switch}, tmp_path)
+        assert report["info"][gone] == acc.COMPILED
+        assert not report["files"][gone].endswith(".py")
+
+
+@needs_compiled
 def test_the_parity_suites_pass_on_pure_python() -> None:
     """The compiled modules are the same sources as the pure ones; the suites that compare
     the output with the oracle, the engines and the general path run here compiled, and again
