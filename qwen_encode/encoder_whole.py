@@ -176,11 +176,17 @@ class _Whole(_Assembly):
         ids, bounds = self._engine.encode_flat(texts)
         if firsts is not None:
             bounds = bounds[firsts]
-        if not ids.flags.writeable:
+        if not ids.flags.writeable and self._one_pass_floor() is None:
             # fastokens' IDs are a view of its bytes: the arrays handed out are the caller's to
             # change in place (a collator masking IDs), as the run-by-run path's always were.
+            # The one pass copies them into arrays of its own (with the kept heads) anyway.
             ids = ids.copy()
         return ids, bounds
+
+    def _one_pass_floor(self) -> int | None:
+        """The added tokens' floor when a batch's arrays are made in one compiled pass over its
+        IDs (``_owners``); None when the numpy passes make them."""
+        return self._added_floor if _ONE_PASS else None
 
     def _whole_encode(
         self, rows: _Rows, encoded: tuple[np.ndarray, np.ndarray] | None = None
@@ -188,8 +194,8 @@ class _Whole(_Assembly):
         """The rows' encodings by position (of their IDs, ``encoded``, or encoded now), and the
         positions of rows to encode run by run after all (see ``_whole_arrays``)."""
         ids, bounds = self._whole_engine(rows) if encoded is None else encoded
-        floor = self._added_floor
-        if _ONE_PASS and floor is not None:
+        floor = self._one_pass_floor()
+        if floor is not None:
             return self._whole_owned(rows, ids, bounds, floor)
         if len(rows.texts) == 1:
             return self._whole_one(rows, ids, bounds)
@@ -208,7 +214,7 @@ class _Whole(_Assembly):
             self._keep_first_run(rows, ids, where)
         columns = ([*rows.firsts, len(rows.expected)], rows.expected, rows.marker_runs)
         owned = _owners(
-            np.ascontiguousarray(ids, dtype=np.int32),  # as the compiled loops read it
+            np.ascontiguousarray(ids, dtype=np.int32),  # as the compiled loops read it (a view)
             bounds.tolist(),
             floor,
             (*columns, rows.turn, rows.trained),
