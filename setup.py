@@ -11,11 +11,11 @@ writes ``_compiled.txt`` beside the compiled modules (each one and the hash of i
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from setuptools import setup
@@ -28,33 +28,31 @@ PACKAGE = HERE / "qwen_encode"
 DIRECTIVES = {"language_level": 3, "annotation_typing": False}
 
 
-NAMES = ("MODULES", "MANIFEST", "PURE_ENV")
+def _accelerator() -> ModuleType:
+    """``qwen_encode/_accelerator.py`` loaded on its own (standard library only; the package,
+    which needs its dependencies, is not imported): the modules to compile, the manifest's name
+    and the hash it records, the switch."""
+    spec = importlib.util.spec_from_file_location(
+        "_qwen_encode_accelerator", PACKAGE / "_accelerator.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _names() -> tuple[tuple[str, ...], str, str]:
-    """``MODULES``, ``MANIFEST`` and ``PURE_ENV`` of ``_accelerator.py``, read without importing
-    it (setup.py runs before anything is built)."""
-    tree = ast.parse((PACKAGE / "_accelerator.py").read_text(encoding="utf-8"))
-    found: dict[str, Any] = {}
-    for node in tree.body:
-        target = getattr(node, "target", None)
-        if isinstance(node, ast.AnnAssign) and isinstance(target, ast.Name) and target.id in NAMES:
-            found[target.id] = ast.literal_eval(node.value)
-    return found["MODULES"], found["MANIFEST"], found["PURE_ENV"]
-
-
-MODULES, MANIFEST, PURE_ENV = _names()
+ACCELERATOR = _accelerator()
 
 
 def _extensions() -> list[Any]:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if ACCELERATOR.pure_requested():
         return []
     try:
         from Cython.Build import cythonize
     except ImportError:
         print("qwen-encode: Cython is not installed; installing pure Python", file=sys.stderr)
         return []
-    sources = [f"qwen_encode/{name}.py" for name in MODULES]
+    sources = [f"qwen_encode/{name}.py" for name in ACCELERATOR.MODULES]
     # The C files go to build/, not beside the sources.
     return cythonize(sources, build_dir="build/cython", compiler_directives=DIRECTIVES, quiet=True)
 
@@ -88,12 +86,10 @@ class OptionalBuildExt(build_ext):
         if not self.extensions:
             return
         # Beside the compiled modules: the source tree (editable) or the wheel's build folder.
-        target = Path(self.get_ext_fullpath(self.extensions[0].name)).parent / MANIFEST
+        target = Path(self.get_ext_fullpath(self.extensions[0].name)).parent / ACCELERATOR.MANIFEST
         target.parent.mkdir(parents=True, exist_ok=True)
-        lines = [
-            f"{name} {hashlib.sha256((PACKAGE / f'{name}.py').read_bytes()).hexdigest()}\n"
-            for name in self.built
-        ]
+        hashed = ACCELERATOR.source_hash
+        lines = [f"{name} {hashed(PACKAGE / f'{name}.py')}\n" for name in self.built]
         target.write_text("".join(lines), encoding="utf-8")
 
 

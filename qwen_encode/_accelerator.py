@@ -72,9 +72,14 @@ def _manifest() -> dict[str, str]:
     return dict(line.split(" ", 1) for line in lines if " " in line)
 
 
+def pure_requested() -> bool:
+    """Whether ``QWEN_ENCODE_PURE`` asks for pure Python (at build time: compile nothing)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def _survey() -> dict[str, str]:
     """Each module of ``MODULES``: how it runs (see ``accelerator_info``)."""
-    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
+    pure = pure_requested()
     built = _manifest()
     found: dict[str, str] = {}
     for name in MODULES:
@@ -109,11 +114,17 @@ class _PureFinder:
 _STATE: Final = _survey()
 # The modules whose compiled file is there but must not run (no finder when there is none).
 _pure = frozenset(name for name, how in _STATE.items() if how in (FORCED, STALE))
-if _pure:
+if _pure and __package__:  # loaded on its own (by setup.py), it chooses for no package
     already = [name for name in _pure if f"{__package__}.{name}" in sys.modules]
     if already:  # imported before the package (never, unless by hand): too late to choose
         raise ImportError(f"{__package__}: imported before its accelerator chose: {already}")
     sys.meta_path.insert(0, _PureFinder(_pure))
+
+
+def runs_compiled(name: str) -> bool:
+    """Whether module ``name`` of the package runs compiled in this process: a module with a
+    loop that pays only compiled picks that form by this, and its builtins form otherwise."""
+    return _STATE.get(name) == COMPILED
 
 
 def accelerator_info() -> dict[str, str]:

@@ -29,7 +29,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from . import encoder_owners
+from ._accelerator import runs_compiled
 from .encoder_assembly import _Assembly
 from .encoder_layout import _keepable
 from .encoder_owners import _owners
@@ -56,7 +56,7 @@ _THREAD_PIECE = 4096
 _CHUNK_CHARS = 1 << 19
 # The batch's arrays in one pass over its IDs when encoder_owners is compiled (setup.py); in
 # Python that is a loop over tokens, and the numpy passes are faster.
-_ONE_PASS = not encoder_owners.__file__.endswith(".py")
+_ONE_PASS = runs_compiled("encoder_owners")
 
 
 class _Rows:
@@ -584,8 +584,7 @@ def _columns_loop(
     return "".join(texts), expected, marker_runs, turns, trained, crossing, joined
 
 
-# Compiled by setup.py this module is a shared object, not its .py.
-_columns = _columns_builtin if __file__.endswith(".py") else _columns_loop
+_columns = _columns_loop if runs_compiled("encoder_whole") else _columns_builtin
 
 
 def _for_threads(texts: list[str]) -> tuple[list[str], list[int] | None]:

@@ -65,6 +65,14 @@ def _report(env: dict[str, str], path: Path | None = None) -> dict[str, dict[str
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+def _copied(folder: Path) -> Path:
+    """This install's package, compiled modules and manifest included, copied into ``folder``
+    (run from there with ``_report(..., folder)``)."""
+    copy = folder / "qwen_encode"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
 def test_every_module_is_reported() -> None:
     info = qwen_encode.accelerator_info()
     assert tuple(info) == acc.MODULES
@@ -88,8 +96,7 @@ def test_the_switch_runs_pure_python() -> None:
 def test_a_module_edited_since_compiled_runs_from_its_source(tmp_path: Path) -> None:
     """An editable install keeps the compiled modules while the sources change: a compiled
     module whose source differs from what it was compiled from must not run."""
-    copy = tmp_path / "qwen_encode"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = _copied(tmp_path)
     edited = COMPILED[0]
     source = copy / f"{edited}.py"
     source.write_text(source.read_text(encoding="utf-8") + "\nEDITED = True\n", encoding="utf-8")
@@ -105,8 +112,7 @@ def test_a_module_edited_since_compiled_runs_from_its_source(tmp_path: Path) -> 
 def test_a_compiled_module_shipped_without_its_source_runs(tmp_path: Path) -> None:
     """An install may ship a compiled module without its .py (a freezer, a stripped image):
     it runs compiled, even with the switch set, rather than failing to import."""
-    copy = tmp_path / "qwen_encode"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = _copied(tmp_path)
     gone = COMPILED[0]
     (copy / f"{gone}.py").unlink()
     for switch in ("0", "1"):
