@@ -1266,8 +1266,21 @@ def _turns(draw: Callable[..., Any], markers: bool, with_schema: bool) -> tuple[
                 },
             }
         )
+    # A call after content that opens a code fence is quoted text (docs/guide/parsing.md): such
+    # a turn cannot come back, whatever the parser does, so it is not drawn.
+    assume(not (calls and _opens_fence(content)))
     turn = Turn("assistant", content=content, reasoning=reasoning, tool_calls=tuple(calls))
     return turn, (tools if with_schema else [])
+
+
+def _opens_fence(text: str | None) -> bool:
+    """Whether ``text`` has a line that could open a CommonMark code fence: ``` or ~~~ after at
+    most three spaces (balanced or not: this errs on the side of leaving a turn out)."""
+    for line in (text or "").split("\n"):
+        code = line.lstrip(" ")
+        if len(line) - len(code) <= 3 and code.startswith(("```", "~~~")):
+            return True
+    return False
 
 
 def _nfc(turn: Turn) -> bool:
