@@ -33,7 +33,7 @@ def test_tools_lines_are_remembered_by_content_and_only_by_content() -> None:
     protocol.clear_render_cache()
     try:
         tools = [tool({"n": 1, "s": "x"})]
-        first = _lines_of(tools)
+        first = _lines_of(json.loads(json.dumps(tools)))
         assert first == (json.dumps(tools[0], ensure_ascii=False),)
         again = _lines_of(json.loads(json.dumps(tools)))  # equal content, other objects
         info = protocol.render_cache_info()
@@ -53,6 +53,37 @@ def test_tools_lines_are_remembered_by_content_and_only_by_content() -> None:
         assert protocol.render_cache_info()["tools_entries"] == 1 + len(variants)
         # A tuple is written as a list: the same lines (another entry, the same block).
         assert _lines_of([tool({"n": (1, 2)})]) == _lines_of([tool({"n": [1, 2]})])
+    finally:
+        protocol.clear_render_cache()
+
+
+def test_tools_lines_of_lists_that_share_objects_otherwise_are_their_own() -> None:
+    """marshal's back-references follow how a list shares its objects: equal content shared
+    otherwise is another key (a miss, the same lines), rows parsed alike share one entry, and a
+    list that holds itself is refused every time, never remembered."""
+    from qwen_encode import protocol
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    shared = [
+        {"type": "function", "function": {"name": "a", "parameters": schema}},
+        {"type": "function", "function": {"name": "b", "parameters": schema}},
+    ]
+    protocol.clear_render_cache()
+    try:
+        expected = tuple(json.dumps(tool) for tool in shared)
+        assert _lines_of(shared) == expected
+        parsed = json.dumps(shared)
+        assert _lines_of(json.loads(parsed)) == expected  # the same content, nothing shared
+        assert _lines_of(json.loads(parsed)) == expected  # parsed alike: a hit
+        info = protocol.render_cache_info()
+        assert (info["tools_entries"], info["tools_hits"]) == (2, 1)
+        looped: list[Any] = [{"type": "function", "function": {"name": "f"}}]
+        looped[0]["function"]["parameters"] = looped
+        for _ in range(2):
+            with pytest.raises(qe.PromptError) as raised:
+                qe.format_prompt([{"role": "user", "content": "q"}], tools=looped)
+            assert raised.value.field == "tools[0]"
+        assert protocol.render_cache_info()["tools_entries"] == 2
     finally:
         protocol.clear_render_cache()
 
@@ -78,12 +109,12 @@ def test_tools_lines_of_values_marshal_reads_back_otherwise_are_not_remembered()
         # Where what marshal reads back would not give the same lines (a buffer that is also
         # JSON-encodable; none is in Python 3.11, so made here), the entry is never used: the
         # first hit finds it out and drops it.
-        tools = [{"type": "function", "function": {"name": "f"}}]
+        document = json.dumps([{"type": "function", "function": {"name": "f"}}])
         other = [{"type": "function", "function": {"name": "g"}}]
         with mock.patch("qwen_encode.protocol_cache.marshal.loads", lambda data: other):
-            assert _lines_of(tools) == (json.dumps(tools[0]),)
+            assert _lines_of(json.loads(document)) == (json.dumps(json.loads(document)[0]),)
             assert protocol.render_cache_info()["tools_entries"] == 1
-            assert _lines_of(list(tools)) == (json.dumps(tools[0]),)
+            assert _lines_of(json.loads(document)) == (json.dumps(json.loads(document)[0]),)
             assert protocol.render_cache_info()["tools_entries"] == 0
     finally:
         protocol.clear_render_cache()
