@@ -54,6 +54,12 @@ _THREAD_PIECE = 4096
 # before assembled (the engine releases the GIL): encode_batch 9-13% faster on 3,000 short rows
 # and on the benchmark corpus (chunks of 128K-256K characters gained 4-15%, noisier).
 _CHUNK_CHARS = 1 << 19
+# A kept system turn's token counts as the ~4 characters of text it stands for: a chunk bounds
+# the arrays it fills as well as the engine's text. Counted by text alone, a chunk of an agent
+# set with a 10,000-token shared block made ~40 MB arrays, fresh memory the kernel zeroes on
+# first touch (a quarter of encode_batch's time in clear_page under perf), 54-72 against 45 µs
+# a row with the heads counted.
+_HEAD_CHARS = 4
 # The batch's arrays in one pass over its IDs when encoder_owners is compiled (setup.py); in
 # Python that is a loop over tokens, and the numpy passes are faster.
 _ONE_PASS = runs_compiled("encoder_owners")
@@ -164,6 +170,9 @@ class _Whole(_Assembly):
                 others.append(position)
                 continue
             chars += len(rows.texts[-1])
+            head = rows.heads[-1]
+            if head is not None and type(head) is not tuple:
+                chars += _HEAD_CHARS * len(head)
             if chars >= _CHUNK_CHARS and position < last:
                 yield rows, others, True
                 rows, others, chars = _Rows(), [], 0

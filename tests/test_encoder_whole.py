@@ -117,9 +117,43 @@ def test_a_large_batch_goes_in_chunks_encoded_on_a_worker_thread(pair, monkeypat
         with pytest.raises(type(want[refused[0]])):
             whole.encode_batch(PROMPTS)
     # A batch under the limit is one chunk, encoded on the calling thread.
+    monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", 1 << 20)
     threads.clear()
     whole.encode_batch(PROMPTS[:3], errors="return")
     assert threads == [threading.current_thread().name]
+
+
+def test_a_chunk_counts_the_kept_system_turns_it_fills_in(pair, monkeypatch) -> None:
+    """A chunk bounds the arrays it fills, not only the text it sends: rows that share a long
+    kept system turn send little text each, so counted by text alone a whole agent set would be
+    one chunk of fresh arrays; each kept token counts as ``_HEAD_CHARS`` characters."""
+    whole, runs = pair
+    system = " ".join(f"rule {n}: answer in full sentences." for n in range(60))
+    prompts = [
+        qe.format_prompt(
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"question {n}"},
+                {"role": "assistant", "content": f"answer {n}"},
+            ],
+            add_generation_prompt=False,
+        )
+        for n in range(40)
+    ]
+    kept = int(np.count_nonzero(runs.encode_batch(prompts[:1])[0].turn_index == 0))
+    own = sum(len(p.text.split("<|im_end|>\n", 1)[1]) for p in prompts)  # after the system turn
+    limit = 10 * encoder_whole._HEAD_CHARS * kept
+    assert own < limit  # by text alone, one chunk
+    monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", limit)
+    want = runs.encode_batch(prompts)
+    whole.clear_cache()
+    whole.encode_batch(prompts[:1])  # the system turn kept
+    taken = _count_whole(whole, monkeypatch)
+    got = whole.encode_batch(prompts)
+    for n, (g, w) in enumerate(zip(got, want, strict=True)):
+        _same(g, w, n)
+    assert sum(taken) == 40 and len(taken) >= 4 and max(taken) <= 10, taken
+    assert whole.cache_info()["head_hits"] >= len(taken)  # each chunk took the kept turn
 
 
 def _chunked_ids(encoder: qe.Encoder, out: Any) -> None:
