@@ -32,7 +32,7 @@ from .encoder_layout import _Batch
 from .encoder_pieces import _cuttable
 from .encoder_runs import _RUN_CACHE_BYTES
 from .encoder_whole import _Whole
-from .encoding import Encoding
+from .encoding import Encoding, _attach_source
 from .engines import Engine, TokenizersEngine
 from .errors import PromptError, TokenIdError, check_token_id, outside_vocabulary, shown
 from .prompt import Prompt
@@ -384,7 +384,7 @@ class Encoder(_Whole):
             encodings = self._encode_mixed(prompts, errors)
         for prompt, encoding in zip(prompts, encodings, strict=True):
             if isinstance(encoding, Encoding):  # provenance from these, on first use
-                encoding.__dict__["_source"] = (prompt._segments, prompt._segs, self)
+                _attach_source(encoding, prompt._segments, prompt._segs, self)
         return encodings
 
     def _encode_mixed(self, prompts: list[Any], errors: str) -> list[Encoding | PromptError]:

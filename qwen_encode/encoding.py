@@ -5,7 +5,7 @@ per-token provenance, sampled mask and log-probabilities computed on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,9 +34,30 @@ class Encoding:
     them (attributing every token to its segment cost 60% of a cached batch encode).
     """
 
+    # Slots, not a dict: a batch job keeps an Encoding per row alive, and each object the
+    # garbage collector tracks is walked by every full collection. With a dict and a tuple for
+    # the source, an encoding was three tracked objects; now it is one (the source's tuples hold
+    # only untracked tuples and are dropped from tracking at their first collection).
+    __slots__ = (
+        "_encoder",
+        "_logprobs",
+        "_provenance",
+        "_sampled_mask",
+        "_source",
+        "assistant_mask",
+        "input_ids",
+        "turn_index",
+    )
+
     input_ids: np.ndarray
     assistant_mask: np.ndarray
     turn_index: np.ndarray
+    if TYPE_CHECKING:  # not fields: computed on first use, or what they are computed from
+        _provenance: np.ndarray | None
+        _sampled_mask: np.ndarray | None
+        _logprobs: np.ndarray | None
+        _source: tuple[Any, Any] | None
+        _encoder: Any
 
     def __init__(
         self,
@@ -47,54 +68,56 @@ class Encoding:
         sampled_mask: np.ndarray | None = None,
         logprobs: np.ndarray | None = None,
     ) -> None:
-        # One dict update (frozen: no __setattr__); _source is (segments, compact segments,
-        # encoder) to attribute the tokens from when provenance is first asked for. A prompt
-        # from format_prompt has only the compact form (tuples): its segments (one object
-        # each) are built only if provenance is read, which a batch job never does. Not the
-        # prompt itself: its joined runs would stay alive with every encoding.
-        self.__dict__.update(
-            input_ids=input_ids,
-            assistant_mask=assistant_mask,
-            turn_index=turn_index,
-            _provenance=provenance,
-            _sampled_mask=sampled_mask,
-            _logprobs=logprobs,
-            _source=None,
-        )
+        # Frozen: set through the slots' own descriptors. _source is (segments, compact
+        # segments) and _encoder the encoder, to attribute the tokens from when provenance is
+        # first asked for (``_attach_source``). A prompt from format_prompt has only the compact
+        # form (tuples): its segments (one object each) are built only if provenance is read,
+        # which a batch job never does. Not the prompt itself: its joined runs would stay alive
+        # with every encoding.
+        _SET_IDS(self, input_ids)
+        _SET_MASK(self, assistant_mask)
+        _SET_TURN(self, turn_index)
+        _SET_PROVENANCE(self, provenance)
+        _SET_SAMPLED(self, sampled_mask)
+        _SET_LOGPROBS(self, logprobs)
+        _SET_SOURCE(self, None)
+        _SET_ENCODER(self, None)
 
     @property
     def provenance(self) -> np.ndarray:
-        codes: np.ndarray | None = self.__dict__["_provenance"]
+        codes: np.ndarray | None = self._provenance
         if codes is None:
-            source = self.__dict__["_source"]
+            source = self._source
             if source is None:
                 codes = np.full(len(self.input_ids), UNRECORDED, dtype=np.int8)
             else:
-                segments, segs, encoder = source
+                segments, segs = source
+                encoder = self._encoder
                 codes = token_provenance(
                     tuple(map(_segment_of, segs)) if segments is None else segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,
                 )
-            object.__setattr__(self, "_provenance", codes)
-            object.__setattr__(self, "_source", None)
+            _SET_PROVENANCE(self, codes)
+            _SET_SOURCE(self, None)
+            _SET_ENCODER(self, None)
         return codes
 
     @property
     def sampled_mask(self) -> np.ndarray:
-        mask: np.ndarray | None = self.__dict__["_sampled_mask"]
+        mask: np.ndarray | None = self._sampled_mask
         if mask is None:
             mask = self.provenance == SAMPLED
-            object.__setattr__(self, "_sampled_mask", mask)
+            _SET_SAMPLED(self, mask)
         return mask
 
     @property
     def logprobs(self) -> np.ndarray:
-        values: np.ndarray | None = self.__dict__["_logprobs"]
+        values: np.ndarray | None = self._logprobs
         if values is None:
             values = np.full(len(self.input_ids), np.nan, dtype=np.float32)
-            object.__setattr__(self, "_logprobs", values)
+            _SET_LOGPROBS(self, values)
         return values
 
     def __getstate__(self) -> dict[str, Any]:
@@ -104,13 +127,38 @@ class Encoding:
             "assistant_mask": self.assistant_mask,
             "turn_index": self.turn_index,
             "_provenance": self.provenance,
-            "_sampled_mask": self.__dict__["_sampled_mask"],
-            "_logprobs": self.__dict__["_logprobs"],
-            "_source": None,
+            "_sampled_mask": self._sampled_mask,
+            "_logprobs": self._logprobs,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        Encoding.__init__(
+            self,
+            state["input_ids"],
+            state["assistant_mask"],
+            state["turn_index"],
+            state.get("_provenance"),
+            state.get("_sampled_mask"),
+            state.get("_logprobs"),
+        )
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+
+# The slots' descriptors: how a frozen instance sets its own fields.
+_SET_IDS = Encoding.__dict__["input_ids"].__set__
+_SET_MASK = Encoding.__dict__["assistant_mask"].__set__
+_SET_TURN = Encoding.__dict__["turn_index"].__set__
+_SET_PROVENANCE = Encoding.__dict__["_provenance"].__set__
+_SET_SAMPLED = Encoding.__dict__["_sampled_mask"].__set__
+_SET_LOGPROBS = Encoding.__dict__["_logprobs"].__set__
+_SET_SOURCE = Encoding.__dict__["_source"].__set__
+_SET_ENCODER = Encoding.__dict__["_encoder"].__set__
+
+
+def _attach_source(encoding: Encoding, segments: Any, segs: Any, encoder: Any) -> None:
+    """What ``encoding.provenance`` is computed from on first use: the prompt's segments (None
+    when it has only the compact form), its compact segments, and the encoder."""
+    _SET_SOURCE(encoding, (segments, segs))
+    _SET_ENCODER(encoding, encoder)

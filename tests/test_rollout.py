@@ -346,6 +346,32 @@ def test_provenance_codes_of_an_ordinary_prompt(encoder) -> None:
     assert (encoding.provenance >= 0).all()
 
 
+def test_an_encoding_is_one_tracked_object_and_pickles_its_provenance(encoder) -> None:
+    """A batch job holds an Encoding per row: slots (no dict), its source's tuples untracked
+    by the garbage collector after a collection, the encoder let go once provenance is read,
+    and a pickle that carries the codes, not the encoder; frozen all along."""
+    import dataclasses
+    import gc
+    import pickle
+
+    encoding = encoder.encode_messages([{"role": "user", "content": "Weather in Paris?"}])
+    assert not hasattr(encoding, "__dict__")
+    for _ in range(5):  # a tuple leaves tracking once all it holds has: a pass or so a level
+        gc.collect()
+        if not gc.is_tracked(encoding._source):
+            break
+    assert not gc.is_tracked(encoding._source)  # it holds no encoder, nothing tracked
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        encoding.input_ids = np.zeros(1)  # type: ignore[misc]
+    back = pickle.loads(pickle.dumps(encoding))
+    assert back._encoder is None and back._source is None
+    assert back.provenance.tolist() == encoding.provenance.tolist()
+    assert (encoding.provenance == pv.USER).sum() > 0
+    assert encoding._encoder is None and encoding._source is None  # read: the source let go
+    assert back.input_ids.tolist() == encoding.input_ids.tolist()
+    assert repr(back).startswith("Encoding(input_ids=array(")
+
+
 def test_hand_built_encoding_is_unrecorded() -> None:
     encoding = qe.Encoding(np.array([1, 2]), np.zeros(2, bool), np.zeros(2, np.int32))
     assert encoding.provenance.tolist() == [pv.UNRECORDED] * 2
