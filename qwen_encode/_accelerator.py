@@ -132,3 +132,10 @@ def accelerator_info() -> dict[str, str]:
     ``"pure: "`` and why (not compiled; ``QWEN_ENCODE_PURE`` is set; its source changed since
     it was compiled, so the ``.py`` runs)."""
     return dict(_STATE)
+
+
+def summary() -> str:
+    """``accelerator_info`` counted, for a report's header: ``"10 compiled"``, or each way a
+    module runs with how many do (the test run's header, the bench's)."""
+    hows = list(_STATE.values())
+    return ", ".join(f"{hows.count(how)} {how}" for how in dict.fromkeys(hows))

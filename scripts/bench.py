@@ -492,8 +492,7 @@ def _header() -> None:
         text=True,
     ).stdout.strip()
     print(f"qwen-encode bench, commit {commit}{' (+uncommitted changes)' if dirty else ''}")
-    hows = list(qe.accelerator_info().values())
-    print("modules: " + ", ".join(f"{hows.count(h)} {h}" for h in dict.fromkeys(hows)))
+    print("modules: " + qe._accelerator.summary())
 
 
 def _only(model: str, args: argparse.Namespace) -> bool:

@@ -17,10 +17,9 @@ QWEN3 = CHECKPOINTS / "qwen3"
 
 def pytest_report_header() -> str:
     """Whether this run tests the compiled modules or pure Python (``qwen_encode._accelerator``)."""
-    import qwen_encode
+    from qwen_encode import _accelerator
 
-    hows = list(qwen_encode.accelerator_info().values())
-    return "qwen-encode modules: " + ", ".join(f"{hows.count(h)} {h}" for h in dict.fromkeys(hows))
+    return "qwen-encode modules: " + _accelerator.summary()
 
 
 def runs_only(encoder):  # type: ignore[no-untyped-def]

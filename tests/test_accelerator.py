@@ -82,6 +82,10 @@ def test_every_module_is_reported() -> None:
         assert (loaded.suffix != ".py") == (how == acc.COMPILED), (name, how, loaded)
     if os.environ.get(acc.PURE_ENV) == "1":  # the parity suites' run below: all pure
         assert acc.COMPILED not in info.values()
+    counted = [part.split(" ", 1) for part in acc.summary().split(", ")]
+    assert {how: int(n) for n, how in counted} == {
+        h: list(info.values()).count(h) for h in info.values()
+    }
 
 
 def test_the_switch_runs_pure_python() -> None:
