@@ -13,7 +13,8 @@ import cython
     suspect=list,
     crossing=bint,
     k=Py_ssize_t,
-    run=tuple,
+    at=Py_ssize_t,
+    width=Py_ssize_t,
     kind=Py_ssize_t,
 )
-cpdef object _columns_loop(object rest, Py_ssize_t base, dict added_ids, object initial)
+cpdef object _columns_loop(tuple rest, Py_ssize_t base, dict added_ids, object initial)
