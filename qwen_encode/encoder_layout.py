@@ -11,6 +11,7 @@ import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from tokenizers import Tokenizer
 from .conversation import surrogate_problem
 from .engines import Engine, TokenizersEngine
 from .errors import MarkerInTextError, PromptError, shown
-from .prompt import _RUN_MARKER, _RUN_TEXT, _RUN_WIDTH, Prompt, Text, _grouped
+from .prompt import _RUN_MARKER, _RUN_TEXT, Prompt, Text
 
 # Source codes of kept system turns in a _Batch: below every marker's (-1 - its ID).
 _BLOCK = -(1 << 40)
+_TURN, _TRAINED, _PARTS = itemgetter(2), itemgetter(3), itemgetter(4)
 
 
 class _Batch:
@@ -127,41 +129,39 @@ class _Layout:
                 "encode_messages takes message dicts",
                 field="prompt",
             )
-        runs = prompt._layout()  # flat (prompt._RUN_WIDTH fields a run)
+        runs = prompt._layout()
         start = 0 if prompt._head is None else self._lay_out_head(prompt._head, batch)
-        rest = runs[start * _RUN_WIDTH :] if start else runs
-        if check_text or not self._lay_out_plain(prompt, rest, start, batch):
-            self._lay_out_runs(prompt, rest, start, batch, check_text)
+        if check_text or not self._lay_out_plain(
+            prompt, runs[start:] if start else runs, start, batch
+        ):
+            self._lay_out_runs(prompt, runs, start, batch, check_text)
 
     def _lay_out_plain(
         self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch
     ) -> bool:
-        """``_lay_out_runs`` for runs (flat, from run ``start`` of the prompt) that each give
-        one item (none crosses parts, the common case), in a few C-level passes: lookups of
-        every run, then the new texts and anything refused, in order. False (nothing done)
-        when some run has parts."""
-        parts = runs[4::_RUN_WIDTH]
-        if parts.count(None) != len(parts):
+        """``_lay_out_runs`` for runs that each give one item (none crosses parts, the common
+        case), in a few C-level passes: lookups of every run, then the new texts and anything
+        refused, in order. False (nothing done) when some run has parts."""
+        if list(map(_PARTS, runs)).count(None) != len(runs):
             return False
-        kinds, texts = runs[::_RUN_WIDTH], runs[1::_RUN_WIDTH]
         slot_of, marker_code = batch.slots.get, self._marker_codes.get
         codes: list[Any] = [
             slot_of(text)
             if kind == _RUN_TEXT
             else (marker_code(text) if kind == _RUN_MARKER else None)
-            for kind, text in zip(kinds, texts, strict=True)
+            for kind, text, _, _, _ in runs
         ]
         at = _next_none(codes, 0)
         while at >= 0:
-            kind, text = kinds[at], texts[at]
+            kind, text, turn, _, _ = runs[at]
             if kind != _RUN_TEXT:
-                self._refuse_run(kind, text, runs[at * _RUN_WIDTH + 2])
+                self._refuse_run(kind, text, turn)
             slot = batch.slots.get(text)  # the same text earlier in this prompt
             codes[at] = self._new_slot(prompt, start + at, text, batch) if slot is None else slot
             at = _next_none(codes, at + 1)
         batch.source += codes
-        batch.turn += runs[2::_RUN_WIDTH]
-        batch.trained += runs[3::_RUN_WIDTH]
+        batch.turn.extend(map(_TURN, runs))
+        batch.trained.extend(map(_TRAINED, runs))
         return True
 
     @staticmethod
@@ -178,15 +178,14 @@ class _Layout:
     def _lay_out_runs(
         self, prompt: Prompt, runs: Sequence[Any], start: int, batch: _Batch, check_text: bool
     ) -> None:
-        """The runs (flat, from run ``start`` of the prompt on), one at a time (see
-        ``_lay_out``)."""
+        """The runs from ``start`` on, one at a time (see ``_lay_out``)."""
         added = self._added_ids
         slots = batch.slots
         source, turns, trains = batch.source, batch.turn, batch.trained
         # Bound once: three appends per run, ~30 runs per short row.
         add_source, add_turn, add_trained = source.append, turns.append, trains.append
         for position, (kind, text, turn, trained, parts) in enumerate(
-            _grouped(runs, _RUN_WIDTH), start
+            runs[start:] if start else runs, start
         ):
             if kind == _RUN_TEXT:
                 if check_text and not text.isascii():

@@ -13,8 +13,7 @@ import cython
     suspect=list,
     crossing=bint,
     k=Py_ssize_t,
-    at=Py_ssize_t,
-    width=Py_ssize_t,
+    run=tuple,
     kind=Py_ssize_t,
 )
-cpdef object _columns_loop(tuple rest, Py_ssize_t base, dict added_ids, object initial)
+cpdef object _columns_loop(object rest, Py_ssize_t base, dict added_ids, object initial)

@@ -36,7 +36,7 @@ from .encoder_owners import _owners
 from .encoder_pieces import _cut_length
 from .encoding import Encoding
 from .markers import TURN_OPEN
-from .prompt import _RUN_BAD, _RUN_MARKER, _RUN_TEXT, _RUN_WIDTH, Prompt, _grouped
+from .prompt import _RUN_BAD, _RUN_MARKER, _RUN_TEXT, Prompt
 
 _KIND = itemgetter(0)
 # A prompt encoded alone goes whole up to this many characters (after its kept system turn).
@@ -327,11 +327,11 @@ class _Whole(_Assembly):
         (or its text is longer than ``longest``)."""
         if type(prompt) is not Prompt:
             return False
-        runs = prompt._layout()  # flat (prompt._RUN_WIDTH fields a run)
+        runs = prompt._layout()
         head, start, new = (
             (None, 0, None) if prompt._head is None else self._whole_head(prompt._head, rows)
         )
-        rest = runs[start * _RUN_WIDTH :] if start else runs
+        rest = runs[start:] if start else runs
         if not rest:
             return False
         # A head left out is one run of its own before the row's (its tokens: its kept IDs).
@@ -353,7 +353,7 @@ class _Whole(_Assembly):
             rows.new_heads[new] = (row, list(map(_KIND, new)).count(_RUN_MARKER))
         if head is not None:
             rows.head_runs.append(rows.runs)
-            rows.turn.append(runs[2])  # the first run's turn
+            rows.turn.append(runs[0][2])
             rows.trained.append(False)
         rows.positions.append(position)
         rows.texts.append(text)
@@ -363,16 +363,15 @@ class _Whole(_Assembly):
         rows.marker_runs += marker_runs
         rows.turn += turns
         rows.trained += trained
-        rows.runs = base + len(rest) // _RUN_WIDTH
+        rows.runs = base + len(rest)
         return True
 
     def _first_time(self, rest: Sequence[Any], rows: _Rows) -> bool:
         """Whether a long request's first text run is new to the run cache (and, if so, that
         run is to be kept once encoded: ``rows.seen``)."""
-        # The second run's kind and text (the first is the turn's marker).
-        if len(rest) < 2 * _RUN_WIDTH or rest[_RUN_WIDTH] != _RUN_TEXT:
+        if len(rest) < 2 or rest[1][0] != _RUN_TEXT:
             return False
-        first = rest[_RUN_WIDTH + 1]
+        first = rest[1][1]
         with self._lock:
             if first in self._cache:
                 return False
@@ -416,7 +415,7 @@ class _Whole(_Assembly):
             return False
         nfc = self._tokenizer.normalizer is not None
         found: list[_Crossing] = []
-        for at, (_, text, _, _, run_parts) in enumerate(_grouped(rest, _RUN_WIDTH)):
+        for at, (_, text, _, _, run_parts) in enumerate(rest):
             if run_parts is None:
                 continue
             if nfc and not unicodedata.is_normalized("NFC", text):
@@ -539,8 +538,8 @@ _Columns: TypeAlias = tuple[str, list[int], list[int], Any, Any, bool, str | Non
 def _columns_builtin(
     rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
 ) -> _Columns | None:
-    """``_Columns`` in a few passes of builtins over the runs (flat): pure Python's fastest."""
-    kinds, texts, turns, trained, parts = (rest[k::_RUN_WIDTH] for k in range(_RUN_WIDTH))
+    """``_Columns`` in a few passes of builtins over the runs: pure Python's fastest."""
+    kinds, texts, turns, trained, parts = zip(*rest, strict=True)
     if kinds[0] != _RUN_MARKER or _RUN_BAD in kinds:
         return None
     is_marker = list(map(not_, kinds))
@@ -554,7 +553,7 @@ def _columns_builtin(
     suspect = None
     if initial is None or text.count(initial) != "".join(markers).count(initial):
         suspect = "\x00".join(compress(texts, kinds))
-    marker_runs = list(compress(range(base, base + len(kinds)), is_marker))
+    marker_runs = list(compress(range(base, base + len(rest)), is_marker))
     crossing = parts.count(None) != len(parts)
     return text, expected, marker_runs, turns, trained, crossing, suspect
 
@@ -562,7 +561,7 @@ def _columns_builtin(
 def _columns_loop(
     rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
 ) -> _Columns | None:
-    """``_Columns`` in one pass over the runs (flat): what the compiled module runs (typed by
+    """``_Columns`` in one pass over the runs: what the compiled module runs (typed by
     encoder_whole.pxd, a third of the builtins' time; as Python, twice it)."""
     texts: list[str] = []
     expected: list[int] = []
@@ -571,11 +570,10 @@ def _columns_loop(
     trained: list[bool] = []
     suspect: list[str] = []
     crossing = False
-    width = _RUN_WIDTH  # a C integer when compiled (the module's global is an object)
-    for k in range(len(rest) // width):
-        at = k * width
-        kind = rest[at]
-        text = rest[at + 1]
+    for k in range(len(rest)):
+        run = rest[k]
+        kind = run[0]
+        text = run[1]
         if kind == _RUN_MARKER:
             found = added_ids.get(text)
             if found is None:
@@ -587,9 +585,9 @@ def _columns_loop(
         elif initial is None or initial in text:
             suspect.append(text)
         texts.append(text)
-        turns.append(rest[at + 2])
-        trained.append(rest[at + 3])
-        if rest[at + 4] is not None:
+        turns.append(run[2])
+        trained.append(run[3])
+        if run[4] is not None:
             crossing = True
     joined = "\x00".join(suspect) if suspect else None
     return "".join(texts), expected, marker_runs, turns, trained, crossing, joined

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .prompt import _segments_of
+from .prompt import _segment_of
 from .provenance import SAMPLED, UNRECORDED, token_provenance
 
 __all__ = ["Encoding"]
@@ -94,7 +94,7 @@ class Encoding:
                 segments, segs = source
                 encoder = self._encoder
                 codes = token_provenance(
-                    _segments_of(segs) if segments is None else segments,
+                    tuple(map(_segment_of, segs)) if segments is None else segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,

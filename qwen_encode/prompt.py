@@ -8,31 +8,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass
-from itertools import chain
 from typing import Any, TypeAlias
 
 from . import markers as mk
-from ._accelerator import runs_compiled
 from .conversation import surrogate_problem
 from .errors import PromptError, shown
 
 __all__ = ["Prompt", "Segment", "Special", "Text"]
-
-try:
-    # Compiled: CPython's C API, declared in _capi.pxd (a cimport, resolved at build time, so
-    # nothing is imported). As Python there is no C API to call: the collector untracks a
-    # prompt's tuples at its first pass, as it always has (and Cython, if installed, is not
-    # imported for nothing: 2.4 ms).
-    if not runs_compiled("prompt"):
-        raise ImportError("prompt runs as Python")
-    from cython.cimports.qwen_encode._capi import (
-        PyObject_GC_IsTracked,
-        PyObject_GC_UnTrack,
-    )
-
-    _UNTRACKS = True
-except ImportError:
-    _UNTRACKS = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,36 +75,6 @@ _Seg: TypeAlias = tuple[str, int, bool, Any]
 # them (``Prompt._run_segs``).
 _RUN_MARKER, _RUN_TEXT, _RUN_BAD = 0, 1, 2
 _Run: TypeAlias = tuple[int, str, int, bool, Any]
-# A prompt keeps its segments and runs flat: one tuple of the segments' fields one after another
-# (``_SEG_WIDTH`` each), one of the runs' (``_RUN_WIDTH`` each). A row's tuples were most of what
-# a data job allocates per row (~27 of ~31 objects the garbage collector counts), and the
-# collector's passes over them, young and full, cost more than rendering the row's text: a flat
-# tuple is one object, untracked at its first collection. Builders and cached fragments keep
-# tuples (shared, made once); ``_flat`` and ``_grouped`` go between the two.
-_SEG_WIDTH, _RUN_WIDTH = 4, 5
-
-
-def _flat(items: Iterable[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """Tuples' fields one after another (``_SEG_WIDTH`` or ``_RUN_WIDTH`` each)."""
-    return tuple(chain.from_iterable(items))
-
-
-def _untracked(flat: Sequence[Any]) -> Sequence[Any]:
-    """``flat``, left out of the garbage collector's passes when it is a tuple holding nothing
-    the collector tracks (strings, ints, None, tuples of those): it can be in no cycle, and the
-    collector's first pass would untrack it anyway, after visiting each of its ~500 fields."""
-    if _UNTRACKS and type(flat) is tuple:
-        for item in flat:
-            if PyObject_GC_IsTracked(item):
-                return flat
-        PyObject_GC_UnTrack(flat)
-    return flat
-
-
-def _grouped(flat: Sequence[Any], width: int) -> list[tuple[Any, ...]]:
-    """The tuples of a flat form, ``width`` fields each."""
-    fields = iter(flat)
-    return list(zip(*[fields] * width, strict=True))
 
 
 def _runs_of(segs: Sequence[_Seg]) -> list[_Run]:
@@ -205,28 +157,18 @@ def _segment_of(seg: _Seg) -> Segment:
     return Special(text, turn, trained) if field is _MARKER else Text(text, turn, trained, field)
 
 
-def _segments_of(flat: Sequence[Any]) -> tuple[Segment, ...]:
-    """The public segments of a flat form."""
-    fields = iter(flat)
-    return tuple(
-        Special(text, turn, trained) if field is _MARKER else Text(text, turn, trained, field)
-        for text, turn, trained, field in zip(fields, fields, fields, fields, strict=True)
-    )
-
-
 class Prompt:
     """A rendered prompt: typed segments, and their concatenation as ``text``.
 
     ``Prompt(segments)`` wraps segments made by hand. ``format_prompt`` builds a prompt in a
-    compact form (flat tuples of the segments' and the runs' fields, its text runs already
-    joined for the encoder); ``segments`` is then built from it on first access. Immutable;
-    equal when the segments are."""
+    compact form (tuples, and its text runs already joined for the encoder); ``segments`` is
+    then built from it on first access. Immutable; equal when the segments are."""
 
     __slots__ = ("_head", "_runs", "_segments", "_segs", "_text")
     _head: tuple[_Run, ...] | None
-    _runs: Sequence[Any] | None  # flat, _RUN_WIDTH fields a run
+    _runs: Sequence[_Run] | None
     _segments: tuple[Segment, ...] | None
-    _segs: Sequence[Any] | None  # flat, _SEG_WIDTH fields a segment
+    _segs: Sequence[_Seg] | None
     _text: str | None
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
@@ -246,17 +188,16 @@ class Prompt:
     @classmethod
     def _compact(
         cls,
-        segs: Sequence[Any],
-        runs: Sequence[Any] | None = None,
+        segs: Sequence[_Seg],
+        runs: Sequence[_Run] | None = None,
         head: tuple[_Run, ...] | None = None,
     ) -> Prompt:
-        """A prompt of flat ``segs`` and ``runs`` (see ``_flat``). ``head``: the leading runs (as
-        tuples), when they are a rendered system turn that other prompts share (the encoder
-        keeps their IDs as one block, keyed by these runs)."""
+        """``head``: the leading runs, when they are a rendered system turn that other prompts
+        share (the encoder keeps their IDs as one block, keyed by these runs)."""
         prompt = cls.__new__(cls)
         object.__setattr__(prompt, "_segments", None)
-        object.__setattr__(prompt, "_segs", _untracked(segs))
-        object.__setattr__(prompt, "_runs", None if runs is None else _untracked(runs))
+        object.__setattr__(prompt, "_segs", segs)
+        object.__setattr__(prompt, "_runs", runs)
         object.__setattr__(prompt, "_text", None)
         object.__setattr__(prompt, "_head", head)
         return prompt
@@ -266,7 +207,7 @@ class Prompt:
         segments = self._segments
         if segments is None:
             assert self._segs is not None  # one of the two forms is always there
-            segments = _segments_of(self._segs)
+            segments = tuple(map(_segment_of, self._segs))
             object.__setattr__(self, "_segments", segments)
         return segments
 
@@ -274,33 +215,27 @@ class Prompt:
     def text(self) -> str:
         text = self._text
         if text is None:
-            runs = self._layout()
-            kinds, texts = runs[::_RUN_WIDTH], runs[1::_RUN_WIDTH]
-            if _RUN_BAD in kinds:
-                texts = [t for kind, t in zip(kinds, texts, strict=True) if kind != _RUN_BAD]
-            text = "".join(texts)
+            text = "".join([run[1] for run in self._layout() if run[0] != _RUN_BAD])
             object.__setattr__(self, "_text", text)
         return text
 
-    def _compact_segs(self) -> Sequence[Any]:
-        """The segments, flat (``_SEG_WIDTH`` fields each)."""
+    def _compact_segs(self) -> Sequence[_Seg]:
         segs = self._segs
         if segs is None:
             assert self._segments is not None
-            segs = _flat(
+            segs = [
                 _seg_of(s) or _bad_seg(position, s) for position, s in enumerate(self._segments)
-            )
+            ]
             object.__setattr__(self, "_segs", segs)
         return segs
 
-    def _layout(self) -> Sequence[Any]:
-        """The markers and text runs, in order, flat (``_RUN_WIDTH`` fields each; made once;
-        see ``_Run``)."""
+    def _layout(self) -> Sequence[_Run]:
+        """The markers and text runs, in order (made once; see ``_Run``)."""
         runs = self._runs
         if runs is None:
             # Made by hand, an object that is no segment is laid out in its place (_RUN_BAD), so
             # the encoder refuses it in order, after any earlier problem of the prompt.
-            runs = _flat(_runs_of(_grouped(self._compact_segs(), _SEG_WIDTH)))
+            runs = _runs_of(self._compact_segs())
             object.__setattr__(self, "_runs", runs)
         return runs
 
@@ -308,8 +243,7 @@ class Prompt:
         """Each run's segments, grouped as ``_runs_of`` groups them (for error paths)."""
         groups: list[list[_Seg]] = []
         boundary = True
-        seg: Any
-        for seg in _grouped(self._compact_segs(), _SEG_WIDTH):
+        for seg in self._compact_segs():
             edge = seg[3] is _MARKER or seg[3] is _BAD
             if edge or boundary:
                 groups.append([seg])
@@ -417,7 +351,7 @@ class _Builder:
             segs.pop()
 
     def prompt(self) -> Prompt:
-        return Prompt._compact(_flat(self.segs))
+        return Prompt._compact(self.segs)
 
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")

@@ -20,18 +20,7 @@ from typing import Any
 
 from .conversation import ImageBlock, TextBlock, Turn, VideoBlock, turns_from_messages
 from .errors import PromptError, shown
-from .prompt import (
-    _RUN_TEXT,
-    Prompt,
-    Segment,
-    Special,
-    Text,
-    _Builder,
-    _flat,
-    _Run,
-    _runs_of,
-    _Seg,
-)
+from .prompt import _RUN_TEXT, Prompt, Segment, Special, Text, _Builder, _Run, _runs_of, _Seg
 
 # The rooms of prompt construction, re-exported here: the protocol's texts, one turn's rendering,
 # the render cache of system turns and primers, the fast renderers of the common turn shapes,
@@ -160,9 +149,9 @@ def format_prompt(
     segs += tail.segs
     runs += tail.runs
     if not joined:
-        return Prompt._compact(_flat(segs), _flat(_runs_of(segs)))
+        return Prompt._compact(segs, _runs_of(segs))
     # The system turn (its text all one message's, untrained) is encoded once per encoder.
-    return Prompt._compact(_flat(segs), _flat(runs), head.runs if len(head.runs) > 1 else None)
+    return Prompt._compact(segs, runs, head.runs if len(head.runs) > 1 else None)
 
 
 def _joins_text(before: Sequence[_Run], after: Sequence[_Run]) -> bool:

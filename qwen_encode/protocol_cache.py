@@ -14,7 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from . import markers as mk
 from .conversation import Turn
 from .errors import PromptError
-from .prompt import Segment, _Builder, _flat, _runs_of, _Seg, _segment_of
+from .prompt import Segment, _Builder, _runs_of, _Seg, _segment_of
 from .protocol_texts import _tool_signature_lines
 from .protocol_turns import _system_segments
 
@@ -22,22 +22,19 @@ __all__ = ["clear_render_cache", "render_cache_info"]
 
 
 class _Fragment:
-    """A rendered part of a prompt (a system turn, the primer) in compact form: its segments and
-    runs as tuples (for builders, and the runs as a shared head's key) and flat (for a prompt's
-    flat form), and the public segments once asked for."""
+    """A rendered part of a prompt (a system turn, the primer) in compact form: its segments, its
+    runs, and the public segments once asked for."""
 
-    __slots__ = ("flat_runs", "flat_segs", "runs", "segments_", "segs", "size")
+    __slots__ = ("runs", "segments_", "segs", "size")
 
     def __init__(self, segs: list[_Seg]) -> None:
         self.segs = tuple(segs)
         self.runs = tuple(_runs_of(segs))
-        self.flat_segs = _flat(self.segs)
-        self.flat_runs = _flat(self.runs)
         self.segments_: tuple[Segment, ...] | None = None
         # Characters of the segments and of the runs joined from them, and ~64 bytes of tuple
-        # per segment and run in each form: bytes, roughly (ASCII text; wider text counts low).
-        self.size = sum(len(run[1]) + 104 for run in self.runs) + sum(
-            len(seg[0]) + 96 for seg in segs
+        # per segment and run: bytes, roughly (ASCII text; wider text counts low).
+        self.size = sum(len(run[1]) + 64 for run in self.runs) + sum(
+            len(seg[0]) + 64 for seg in segs
         )
 
     @property

@@ -6,38 +6,38 @@ import cython
 cdef class _Shared:
     cdef readonly tuple after_param
     cdef readonly tuple end_function
+    cdef readonly tuple function
     cdef readonly tuple gt_nl_t
     cdef readonly tuple header_parts
     cdef readonly tuple nl_t
     cdef readonly tuple nl_u
     cdef readonly tuple nlnl_t
-    cdef readonly tuple r_assistant_think
-    cdef readonly tuple r_assistant_think_nlnl
+    cdef readonly tuple r_assistant
     cdef readonly tuple r_call_close
     cdef readonly tuple r_call_open
-    cdef readonly tuple r_close_nl_t
-    cdef readonly tuple r_close_nl_u
+    cdef readonly tuple r_close_t
+    cdef readonly tuple r_close_u
     cdef readonly tuple r_nl_t
     cdef readonly tuple r_nl_u
+    cdef readonly tuple r_nlnl_t
+    cdef readonly tuple r_nlnl_u
     cdef readonly tuple r_open
-    cdef readonly tuple r_open_user
     cdef readonly tuple r_response_close
     cdef readonly tuple r_response_open
-    cdef readonly tuple r_response_open_nlnl
     cdef readonly tuple r_think_close
-    cdef readonly tuple r_user_empty
-    cdef readonly tuple s_call_open_function
-    cdef readonly tuple s_close_nl_t
-    cdef readonly tuple s_close_nl_u
-    cdef readonly tuple s_open_assistant
-    cdef readonly tuple s_open_user
+    cdef readonly tuple r_think_open
+    cdef readonly tuple r_user
+    cdef readonly tuple s_assistant
+    cdef readonly tuple s_call_close
+    cdef readonly tuple s_call_open
+    cdef readonly tuple s_close_t
+    cdef readonly tuple s_close_u
+    cdef readonly tuple s_open
     cdef readonly tuple s_response_close
-    cdef readonly tuple s_response_open_nl
-    cdef readonly tuple s_response_open_nl_nl
-    cdef readonly tuple s_think_close_nlnl
-    cdef readonly tuple s_think_open_nl
-    cdef readonly tuple s_think_open_nlnl
-    cdef readonly tuple s_user_empty
+    cdef readonly tuple s_response_open
+    cdef readonly tuple s_think_close
+    cdef readonly tuple s_think_open
+    cdef readonly tuple s_user
 
 
 @cython.locals(
@@ -68,3 +68,6 @@ cpdef bint _bad(str text) except -1
 cpdef object _read(list messages, bint add_generation_prompt)
 @cython.locals(index=Py_ssize_t, role=str, text=str)
 cpdef Py_ssize_t _last_query(list rows) except -2
+cdef bint _UNTRACKS
+cdef tuple _kept(tuple item)
+cdef tuple _kept_if_plain(tuple item)

@@ -23,11 +23,49 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from . import markers as mk
+from ._accelerator import runs_compiled
 from .conversation import ToolCall, _plain_parts, _PlainParts
 from .errors import PromptError
 from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
 from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
 from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
+
+try:
+    # Compiled: CPython's C API, declared in _capi.pxd (a cimport, resolved at build time, so
+    # nothing is imported). As Python there is none to call (and Cython, if installed, is not
+    # imported for nothing: 2.4 ms); the collector untracks the tuples at its first pass.
+    if not runs_compiled("protocol_rows"):
+        raise ImportError("protocol_rows runs as Python")
+    from cython.cimports.qwen_encode._capi import PyObject_GC_IsTracked, PyObject_GC_UnTrack
+
+    _UNTRACKS = True
+except ImportError:
+    _UNTRACKS = False
+
+
+def _kept(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A tuple this module made of a row's text (strings, ints, bools, None, and the shared
+    parts of a run, tuples of ints), left out of the garbage collector's passes.
+
+    A data job keeps thousands of prompts alive, each with a dozen such tuples. The collector
+    would walk each once and then untrack it (it holds nothing that can be in a cycle); walked
+    by every young collection, they cost a short row more than rendering its markers did."""
+    if _UNTRACKS:
+        PyObject_GC_UnTrack(item)
+    return item
+
+
+def _kept_if_plain(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``_kept`` for a tuple holding what may be the caller's (an argument value of a ``str``
+    subclass, whose instance may hold anything), or shared tuples the collector may not yet
+    have untracked: untracked only when nothing in it is tracked."""
+    if _UNTRACKS:
+        for part in item:
+            if PyObject_GC_IsTracked(part):
+                return item
+        PyObject_GC_UnTrack(item)
+    return item
+
 
 # Conversations longer than this go the general path: the shared tuples of an index cost ~4 kB
 # (1 MB for all), kept for the life of the process (short rows reach ~10 messages, agent
@@ -37,101 +75,81 @@ _TABLE_SIZE: Final = 256
 
 class _Shared:
     """The segments and runs of message ``i`` that hold no caller text (one per index, made on
-    first use), flat (see ``prompt._flat``): ``s_*`` segments, ``r_*`` runs, what follows one
-    another in every prompt joined in one tuple. ``u``: untrained (a turn's header, a user
-    turn, a tool result), ``t``: trained (an assistant's body)."""
+    first use). ``u``: untrained (a turn's header, a user turn, a tool result), ``t``: trained
+    (an assistant's body)."""
 
     __slots__ = (
         "after_param",
         "end_function",
+        "function",
         "gt_nl_t",
         "header_parts",
         "nl_t",
         "nl_u",
         "nlnl_t",
-        "r_assistant_think",
-        "r_assistant_think_nlnl",
+        "r_assistant",
         "r_call_close",
         "r_call_open",
-        "r_close_nl_t",
-        "r_close_nl_u",
+        "r_close_t",
+        "r_close_u",
         "r_nl_t",
         "r_nl_u",
+        "r_nlnl_t",
+        "r_nlnl_u",
         "r_open",
-        "r_open_user",
         "r_response_close",
         "r_response_open",
-        "r_response_open_nlnl",
         "r_think_close",
-        "r_user_empty",
-        "s_call_open_function",
-        "s_close_nl_t",
-        "s_close_nl_u",
-        "s_open_assistant",
-        "s_open_user",
+        "r_think_open",
+        "r_user",
+        "s_assistant",
+        "s_call_close",
+        "s_call_open",
+        "s_close_t",
+        "s_close_u",
+        "s_open",
         "s_response_close",
-        "s_response_open_nl",
-        "s_response_open_nl_nl",
-        "s_think_close_nlnl",
-        "s_think_open_nl",
-        "s_think_open_nlnl",
-        "s_user_empty",
+        "s_response_open",
+        "s_think_close",
+        "s_think_open",
+        "s_user",
     )
 
     def __init__(self, i: int) -> None:
-        def seg(text: str, trained: bool, marker: bool = False) -> _Seg:
-            return (text, i, trained, _MARKER if marker else None)
+        def seg(text: str, trained: bool) -> _Seg:
+            return _kept((text, i, trained, None))
 
-        def run(text: str, trained: bool, marker: bool = False) -> _Run:
-            return (_RUN_MARKER if marker else _RUN_TEXT, text, i, trained, None)
+        def both(text: str, trained: bool, marker: bool = False) -> tuple[_Seg, _Run]:
+            """The segment and the run of a text or a marker alone."""
+            kind, field = (_RUN_MARKER, _MARKER) if marker else (_RUN_TEXT, None)
+            return _kept((text, i, trained, field)), _kept((kind, text, i, trained, None))
 
-        open_, user = seg(mk.TURN_OPEN, False, True), seg("user\n", False)
-        close_u, close_t = seg(mk.TURN_CLOSE, False, True), seg(mk.TURN_CLOSE, True, True)
-        self.nl_u, self.nl_t, self.nlnl_t = seg("\n", False), seg("\n", True), seg("\n\n", True)
-        think_open, think_close = seg(mk.THINK_OPEN, True, True), seg(mk.THINK_CLOSE, True, True)
-        response_open = seg(mk.TOOL_RESPONSE_OPEN, False, True)
-        self.s_open_user = open_ + user
-        self.s_close_nl_u = close_u + self.nl_u
-        self.s_close_nl_t = close_t + self.nl_u
-        self.s_user_empty = open_ + user + close_u + self.nl_u
-        self.s_open_assistant = open_ + seg("assistant\n", False)
-        self.s_think_open_nl = think_open + self.nl_t
-        self.s_think_open_nlnl = think_open + self.nlnl_t
-        self.s_think_close_nlnl = think_close + self.nlnl_t
-        self.s_response_open_nl = response_open + self.nl_u
-        self.s_response_open_nl_nl = response_open + self.nl_u + self.nl_u
-        self.s_response_close = seg(mk.TOOL_RESPONSE_CLOSE, False, True)
-        self.s_call_open_function = seg(mk.TOOL_CALL_OPEN, True, True) + seg("\n<function=", True)
-
-        r_open, r_nl_u = run(mk.TURN_OPEN, False, True), run("\n", False)
-        r_close_u = run(mk.TURN_CLOSE, False, True)
-        r_think_open = run(mk.THINK_OPEN, True, True)
-        self.r_open, self.r_nl_u, self.r_nl_t = r_open, r_nl_u, run("\n", True)
-        self.r_open_user = r_open + run("user\n", False)
-        self.r_close_nl_u = r_close_u + r_nl_u
-        self.r_close_nl_t = run(mk.TURN_CLOSE, True, True) + r_nl_u
-        self.r_user_empty = self.r_open_user + self.r_close_nl_u
-        self.r_assistant_think = run("assistant\n", False) + r_think_open
-        self.r_assistant_think_nlnl = self.r_assistant_think + run("\n\n", True)
-        self.r_think_close = run(mk.THINK_CLOSE, True, True)
-        self.r_call_open = run(mk.TOOL_CALL_OPEN, True, True)
-        self.r_call_close = run(mk.TOOL_CALL_CLOSE, True, True)
-        self.r_response_open = run(mk.TOOL_RESPONSE_OPEN, False, True)
-        self.r_response_open_nlnl = self.r_response_open + run("\n\n", False)
-        self.r_response_close = run(mk.TOOL_RESPONSE_CLOSE, False, True)
+        self.s_open, self.r_open = both(mk.TURN_OPEN, False, True)
+        self.s_close_u, self.r_close_u = both(mk.TURN_CLOSE, False, True)
+        self.s_close_t, self.r_close_t = both(mk.TURN_CLOSE, True, True)
+        self.s_user, self.r_user = both("user\n", False)
+        self.s_assistant, self.r_assistant = both("assistant\n", False)
+        self.nl_u, self.r_nl_u = both("\n", False)
+        self.nl_t, self.r_nl_t = both("\n", True)
+        self.nlnl_t, self.r_nlnl_t = both("\n\n", True)
+        self.r_nlnl_u = both("\n\n", False)[1]
+        self.s_think_open, self.r_think_open = both(mk.THINK_OPEN, True, True)
+        self.s_think_close, self.r_think_close = both(mk.THINK_CLOSE, True, True)
+        self.s_call_open, self.r_call_open = both(mk.TOOL_CALL_OPEN, True, True)
+        self.s_call_close, self.r_call_close = both(mk.TOOL_CALL_CLOSE, True, True)
+        self.s_response_open, self.r_response_open = both(mk.TOOL_RESPONSE_OPEN, False, True)
+        self.s_response_close, self.r_response_close = both(mk.TOOL_RESPONSE_CLOSE, False, True)
         # The header (untrained) and the content (trained) of an assistant turn without its
         # reasoning span are one run of two parts.
-        self.header_parts = ((0, i, False), (len("assistant\n"), i, True))
+        self.header_parts = _kept((_kept((0, i, False)), _kept((len("assistant\n"), i, True))))
         # A call's protocol text is joined with what follows it (the builder joins consecutive
         # protocol texts): what comes before a parameter, and the function's end, after the
         # name (0), after a value (1), after an empty value (2).
         before = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
+        self.function = seg("\n<function=", True)
         self.gt_nl_t = seg(">\n", True)
         self.after_param = tuple(seg(text + "<parameter=", True) for text in before)
-        self.end_function = tuple(
-            seg(text + "</function>\n", True) + seg(mk.TOOL_CALL_CLOSE, True, True)
-            for text in before
-        )
+        self.end_function = tuple(seg(text + "</function>\n", True) for text in before)
 
 
 _TABLE: list[_Shared] = []
@@ -195,8 +213,8 @@ def _render_plain(
     system = rows[0][1] if has_system else None
     if last_query < 0 or (system is not None and not system.isascii() and _bad(system)):
         return None
-    segs: list[Any] = []  # flat, as the prompt keeps them
-    runs: list[Any] = []
+    segs: list[_Seg] = []
+    runs: list[_Run] = []
     if not _render_turns(segs, runs, rows, preserve_thinking, last_query):
         return None
     # The caches are touched only once the turns are known to render: a conversation refused
@@ -207,12 +225,12 @@ def _render_plain(
         return None
     head = _system_fragment(has_system, system, instruction, tool_lines, add_vision_id)
     tail = _tail_fragment(add_generation_prompt, False, enable_thinking)
-    # Tuples, not lists: a tuple that holds only strings, ints and None leaves the garbage
-    # collector at its first pass, and a data job keeps thousands of prompts alive. No run
-    # crosses a turn here (each turn starts on a marker), so the runs concatenate as they are.
+    # Tuples, not lists: a tuple that holds only untracked tuples leaves the garbage collector
+    # at its first pass, and a data job keeps thousands of prompts alive. No run crosses a turn
+    # here (each turn starts on a marker), so the runs concatenate as they are.
     return Prompt._compact(
-        (*head.flat_segs, *segs, *tail.flat_segs),
-        (*head.flat_runs, *runs, *tail.flat_runs),
+        _kept_if_plain((*head.segs, *segs, *tail.segs)),
+        _kept_if_plain((*head.runs, *runs, *tail.runs)),
         head.runs if len(head.runs) > 1 else None,
     )
 
@@ -295,49 +313,47 @@ def _render_turns(
     return True
 
 
-def _user(segs: list[Any], runs: list[Any], text: str, i: int, s: _Shared) -> None:
+def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int, s: _Shared) -> None:
     if text:
-        segs += s.s_open_user
-        segs += (text, i, False, "content")
-        segs += s.s_close_nl_u
-        runs += s.r_open
-        runs += (_RUN_TEXT, "user\n" + text, i, False, None)
-        runs += s.r_close_nl_u
+        segs += (s.s_open, s.s_user, _kept((text, i, False, "content")), s.s_close_u, s.nl_u)
+        runs += (
+            s.r_open,
+            _kept((_RUN_TEXT, "user\n" + text, i, False, None)),
+            s.r_close_u,
+            s.r_nl_u,
+        )
     else:
-        segs += s.s_user_empty
-        runs += s.r_user_empty
+        segs += (s.s_open, s.s_user, s.s_close_u, s.nl_u)
+        runs += (s.r_open, s.r_user, s.r_close_u, s.r_nl_u)
 
 
 def _tool(
-    segs: list[Any], runs: list[Any], text: str, i: int, opens: bool, closes: bool, s: _Shared
+    segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, closes: bool, s: _Shared
 ) -> None:
     # Template lines 160-172: consecutive results share one user turn, each in its own
     # '\n<tool_response>\n' … '\n</tool_response>' span.
     if opens:
-        segs += s.s_open_user
-        runs += s.r_open_user
+        segs += (s.s_open, s.s_user)
+        runs += (s.r_open, s.r_user)
     else:
-        segs += s.nl_u
-        runs += s.r_nl_u
+        segs.append(s.nl_u)
+        runs.append(s.r_nl_u)
     if text:
-        segs += s.s_response_open_nl
-        segs += (text, i, False, "content")
-        segs += s.nl_u
-        runs += s.r_response_open
-        runs += (_RUN_TEXT, "\n" + text + "\n", i, False, None)
+        segs += (s.s_response_open, s.nl_u, _kept((text, i, False, "content")), s.nl_u)
+        runs += (s.r_response_open, _kept((_RUN_TEXT, "\n" + text + "\n", i, False, None)))
     else:
-        segs += s.s_response_open_nl_nl
-        runs += s.r_response_open_nlnl
-    segs += s.s_response_close
-    runs += s.r_response_close
+        segs += (s.s_response_open, s.nl_u, s.nl_u)
+        runs += (s.r_response_open, s.r_nlnl_u)
+    segs.append(s.s_response_close)
+    runs.append(s.r_response_close)
     if closes:
-        segs += s.s_close_nl_u
-        runs += s.r_close_nl_u
+        segs += (s.s_close_u, s.nl_u)
+        runs += (s.r_close_u, s.r_nl_u)
 
 
 def _assistant(
-    segs: list[Any],
-    runs: list[Any],
+    segs: list[_Seg],
+    runs: list[_Run],
     text: str,
     reasoning: str | None,
     calls: tuple[ToolCall, ...],
@@ -348,60 +364,61 @@ def _assistant(
     """As ``_plain_assistant``, of the trimmed content ``text``; False on a lone surrogate in
     the reasoning or the calls, or a value that is not JSON."""
     # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
-    segs += s.s_open_assistant
-    runs += s.r_open
+    segs += (s.s_open, s.s_assistant)
+    runs.append(s.r_open)
     parts: Any = None
     if keep_reasoning:
         thought = "" if reasoning is None else reasoning.strip()
         if not thought.isascii() and _bad(thought):
             return False
         if thought:
-            segs += s.s_think_open_nl
-            segs += (thought, i, True, "reasoning_content")
-            segs += s.nl_t
-            runs += s.r_assistant_think
-            runs += (_RUN_TEXT, "\n" + thought + "\n", i, True, None)
+            segs += (s.s_think_open, s.nl_t, _kept((thought, i, True, "reasoning_content")), s.nl_t)
+            runs += (
+                s.r_assistant,
+                s.r_think_open,
+                _kept((_RUN_TEXT, "\n" + thought + "\n", i, True, None)),
+            )
         else:
-            segs += s.s_think_open_nlnl
-            runs += s.r_assistant_think_nlnl
-        segs += s.s_think_close_nlnl
-        runs += s.r_think_close
+            segs += (s.s_think_open, s.nlnl_t)
+            runs += (s.r_assistant, s.r_think_open, s.r_nlnl_t)
+        segs += (s.s_think_close, s.nlnl_t)
+        runs.append(s.r_think_close)
         run, trained = "\n\n" + text, True
     elif text:
         run, trained, parts = "assistant\n" + text, False, s.header_parts
     else:
         run, trained = "assistant\n", False
     if text:
-        segs += (text, i, True, "content")
+        segs.append(_kept((text, i, True, "content")))
         if calls:
             # '\n\n' before the first call only when the trimmed content is non-empty.
-            segs += s.nlnl_t
+            segs.append(s.nlnl_t)
             run += "\n\n"
-    runs += (_RUN_TEXT, run, i, trained, parts)
+    runs.append(_kept((_RUN_TEXT, run, i, trained, parts)))
     if calls and not _calls(segs, runs, calls, i, s):
         return False
-    segs += s.s_close_nl_t
-    runs += s.r_close_nl_t
+    segs += (s.s_close_t, s.nl_u)
+    runs += (s.r_close_t, s.r_nl_u)
     return True
 
 
-def _calls(segs: list[Any], runs: list[Any], calls: Sequence[ToolCall], i: int, s: _Shared) -> bool:
+def _calls(
+    segs: list[_Seg], runs: list[_Run], calls: Sequence[ToolCall], i: int, s: _Shared
+) -> bool:
     """As ``_plain_calls``: each call one text run between its two markers."""
     for j, call in enumerate(calls):
         where = f"tool_calls[{j}]"
         if j:
-            segs += s.nl_t  # '\n' between two calls
-            runs += s.r_nl_t
+            segs.append(s.nl_t)  # '\n' between two calls
+            runs.append(s.r_nl_t)
         name = call.name  # plain names are printable ASCII (_PLAIN_NAME)
-        segs += s.s_call_open_function
-        segs += (name, i, True, where + ".name")
-        runs += s.r_call_open
+        segs += (s.s_call_open, s.function, _kept((name, i, True, where + ".name")))
+        runs.append(s.r_call_open)
         texts = ["\n<function=", name, ">\n"]
         state = 0  # what the protocol text still to write follows: the name, a value, ""
         for key, value in call.arguments.items():
             field = f"{where}.arguments.{key}"
-            segs += s.after_param[state]
-            segs += (key, i, True, field)
+            segs += (s.after_param[state], _kept((key, i, True, field)))
             if not isinstance(value, str):
                 try:
                     # json writes an int as its repr (and refuses one past the digit limit,
@@ -412,14 +429,12 @@ def _calls(segs: list[Any], runs: list[Any], calls: Sequence[ToolCall], i: int, 
             if value:
                 if not value.isascii() and _bad(value):
                     return False
-                segs += s.gt_nl_t
-                segs += (value, i, True, field)
+                segs += (s.gt_nl_t, _kept_if_plain((value, i, True, field)))
                 state = 1
             else:
                 state = 2
             texts += ("<parameter=", key, ">\n", value, "\n</parameter>\n")
         texts.append("</function>\n")
-        segs += s.end_function[state]
-        runs += (_RUN_TEXT, "".join(texts), i, True, None)
-        runs += s.r_call_close
+        segs += (s.end_function[state], s.s_call_close)
+        runs += (_kept((_RUN_TEXT, "".join(texts), i, True, None)), s.r_call_close)
     return True

@@ -674,7 +674,7 @@ def _conversations() -> list[tuple[list[dict], bool]]:
 def test_plain_renderers_write_what_the_builder_writes(messages: list[dict], preserve: bool):
     """format_prompt writes common turns directly; render_turn always goes through the builder.
     Both must give the same segments, and the runs must be those the segments make."""
-    from qwen_encode.prompt import _RUN_WIDTH, _grouped, _runs_of, _seg_of
+    from qwen_encode.prompt import _runs_of, _seg_of
 
     options = {"preserve_thinking": preserve, "add_generation_prompt": False}
     prompt = qe.format_prompt(messages, **options)
@@ -685,7 +685,7 @@ def test_plain_renderers_write_what_the_builder_writes(messages: list[dict], pre
         expected += qe.render_turn(turn, index, layout)
     expected += plan.tail
     assert prompt.segments == tuple(expected)
-    assert _grouped(prompt._layout(), _RUN_WIDTH) == _runs_of([_seg_of(s) for s in expected])
+    assert list(prompt._layout()) == _runs_of([_seg_of(s) for s in expected])
     assert prompt.text == "".join(
         s.marker if isinstance(s, qe.Special) else s.text for s in expected
     )
@@ -761,7 +761,7 @@ def test_render_cache_keeps_repeated_system_turns_bounded_and_observable() -> No
     assert info["hits"] >= 2 and info["entries"] == 2  # one system turn, one primer
     assert first == second
     # The system turn's run is one string object, so the encoder hashes it once.
-    assert first._layout()[6] is second._layout()[6]  # the second run's text (5 fields a run)
+    assert first._layout()[1][1] is second._layout()[1][1]
     # A different system text is another entry; the limit holds.
     saved = _RENDER_CACHE.limit
     try:

@@ -275,7 +275,51 @@ def test_fused_renderer_shared_tuples_are_made_once_per_index_across_threads() -
         for thread in threads:
             thread.join()
         table = protocol_rows._TABLE
-        assert [entry.r_open[2] for entry in table] == list(range(110))  # each run's turn
+        assert [entry.s_open[1] for entry in table] == list(range(110))
     finally:
         sys.setswitchinterval(interval)
         protocol_rows._TABLE[:] = saved
+
+
+def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled() -> None:
+    """Compiled, the tuples a row's text makes (a segment and a run each) and the prompt's two
+    tuples are untracked when made, not walked by young collections first; anything the caller
+    gave that the collector tracks (a str subclass's instance) keeps its tuple tracked."""
+    import gc
+
+    from qwen_encode._accelerator import runs_compiled
+
+    if not runs_compiled("protocol_rows"):
+        pytest.skip("protocol_rows runs as Python: the collector untracks the tuples itself")
+    call = {"type": "function", "function": {"name": "f", "arguments": {"a": "v", "n": 1}}}
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok", "reasoning_content": "r", "tool_calls": [call]},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "done"},
+    ]
+    first = qe.format_prompt(messages, add_generation_prompt=False)
+    # The render cache's system turn, made once by the first row, leaves at the first pass.
+    gc.collect()
+    prompt = qe.format_prompt(messages, add_generation_prompt=False)
+    assert prompt == first
+    assert not gc.is_tracked(prompt._segs) and not gc.is_tracked(prompt._runs)
+    assert [seg for seg in prompt._segs if gc.is_tracked(seg)] == []
+    assert [run for run in prompt._layout() if gc.is_tracked(run)] == []
+
+    class Note(str):
+        """A str whose instances have a __dict__: the collector tracks them."""
+
+    value = Note("v")
+    call["function"]["arguments"] = {"a": value}
+    prompt = qe.format_prompt(messages, add_generation_prompt=False)
+    held = [seg for seg in prompt._segs if seg[0] is value]
+    assert len(held) == 1 and gc.is_tracked(held[0]) and gc.is_tracked(prompt._segs)
+    assert prompt.segments == _fused_and_general_segments(messages)
+
+
+def _fused_and_general_segments(messages: list[dict[str, Any]]) -> tuple[object, ...]:
+    """The general path's segments of ``messages`` (the fused renderer switched off)."""
+    with _general_only():
+        return qe.format_prompt(messages, add_generation_prompt=False).segments
