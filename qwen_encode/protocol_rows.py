@@ -228,11 +228,16 @@ def _render_plain(
     # Tuples, not lists: a tuple that holds only untracked tuples leaves the garbage collector
     # at its first pass, and a data job keeps thousands of prompts alive. No run crosses a turn
     # here (each turn starts on a marker), so the runs concatenate as they are.
-    return Prompt._compact(
-        _kept_if_plain((*head.segs, *segs, *tail.segs)),
-        _kept_if_plain((*head.runs, *runs, *tail.runs)),
-        head.runs if len(head.runs) > 1 else None,
-    )
+    all_segs = _kept_if_plain((*head.segs, *segs, *tail.segs))
+    all_runs = _kept_if_plain((*head.runs, *runs, *tail.runs))
+    prompt = Prompt._compact(all_segs, all_runs, head.runs if len(head.runs) > 1 else None)
+    if _UNTRACKS and not (PyObject_GC_IsTracked(all_segs) or PyObject_GC_IsTracked(all_runs)):
+        # Then nothing the prompt holds can lead back to it (its head is the render cache's
+        # runs of the system turn: rendered strings), nor can the segments and text it makes
+        # of them later (strings, ints, frozen segments of those): it can be in no cycle.
+        # Tracked, the prompts a data job holds were what set off each full collection.
+        PyObject_GC_UnTrack(prompt)
+    return prompt
 
 
 def _read(messages: list[Any], add_generation_prompt: bool) -> list[_PlainParts] | None:

@@ -282,9 +282,10 @@ def test_fused_renderer_shared_tuples_are_made_once_per_index_across_threads() -
 
 
 def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled() -> None:
-    """Compiled, the tuples a row's text makes (a segment and a run each) and the prompt's two
-    tuples are untracked when made, not walked by young collections first; anything the caller
-    gave that the collector tracks (a str subclass's instance) keeps its tuple tracked."""
+    """Compiled, the tuples a row's text makes (a segment and a run each), the prompt's two
+    tuples and the prompt are untracked when made, not walked by young collections first;
+    anything the caller gave that the collector tracks (a str subclass's instance) keeps its
+    tuple, and the prompt, tracked."""
     import gc
 
     from qwen_encode._accelerator import runs_compiled
@@ -304,7 +305,8 @@ def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled(
     gc.collect()
     prompt = qe.format_prompt(messages, add_generation_prompt=False)
     assert prompt == first
-    assert not gc.is_tracked(prompt._segs) and not gc.is_tracked(prompt._runs)
+    assert not gc.is_tracked(prompt) and not gc.is_tracked(prompt._segs)
+    assert not gc.is_tracked(prompt._runs)
     assert [seg for seg in prompt._segs if gc.is_tracked(seg)] == []
     assert [run for run in prompt._layout() if gc.is_tracked(run)] == []
 
@@ -316,6 +318,7 @@ def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled(
     prompt = qe.format_prompt(messages, add_generation_prompt=False)
     held = [seg for seg in prompt._segs if seg[0] is value]
     assert len(held) == 1 and gc.is_tracked(held[0]) and gc.is_tracked(prompt._segs)
+    assert gc.is_tracked(prompt)  # its text may hold anything: the collector sees it
     assert prompt.segments == _fused_and_general_segments(messages)
 
 
