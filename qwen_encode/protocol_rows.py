@@ -225,9 +225,10 @@ def _render_plain(
         return None
     head = _system_fragment(has_system, system, instruction, tool_lines, add_vision_id)
     tail = _tail_fragment(add_generation_prompt, False, enable_thinking)
-    # Tuples, not lists: a tuple that holds only untracked tuples leaves the garbage collector
-    # at its first pass, and a data job keeps thousands of prompts alive. No run crosses a turn
-    # here (each turn starts on a marker), so the runs concatenate as they are.
+    # Tuples, not lists: a tuple that holds only untracked tuples can leave the garbage
+    # collector (_kept_if_plain; a list never does), and a data job keeps thousands of prompts
+    # alive. No run crosses a turn here (each turn starts on a marker), so the runs concatenate
+    # as they are.
     all_segs = _kept_if_plain((*head.segs, *segs, *tail.segs))
     all_runs = _kept_if_plain((*head.runs, *runs, *tail.runs))
     prompt = Prompt._compact(all_segs, all_runs, head.runs if len(head.runs) > 1 else None)
