@@ -1,8 +1,11 @@
 """A/B of compiled code: this checkout against another commit, each in its own fresh processes,
 alternating, medians of paired ratios.
 
-    python scripts/ab_processes.py --base 13d2bab [--set short|agent] [--rows 3000]
+    python scripts/ab_processes.py --base 13d2bab [--set short|agent|agent32] [--rows 3000]
                                    [--pairs 4] [--runs 6]
+
+``short`` and ``agent``: ``scripts/ab.py``'s sets; ``agent32``: the agent set whose shared block
+is 32 tools and an 800-word system prompt (``short_rows.make_agent_rows``).
 
 ``scripts/ab.py`` imports its base beside this checkout under another name, so the base runs as
 Python: it cannot compare what the compiled accelerator does. Here the base is installed, as
@@ -37,7 +40,11 @@ from short_rows import make_agent_rows, make_rows
 assert qe.__file__.startswith({package!r}), qe.__file__
 assert set(qe.accelerator_info().values()) == {{"compiled"}}, qe.accelerator_info()
 encoder = qe.Encoder.from_pretrained({model!r}, engine="fastokens")
-rows = (make_rows if {kind!r} == "short" else make_agent_rows)({rows})
+rows = {{
+    "short": lambda n: make_rows(n),
+    "agent": lambda n: make_rows(n, shared=True),
+    "agent32": lambda n: make_agent_rows(n, 32, 800),
+}}[{kind!r}]({rows})
 
 def render():
     return [qe.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False)
@@ -118,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True)
     parser.add_argument("--model", default=str(ROOT.parent / "shared/checkpoints/qwen3.8-27b"))
-    parser.add_argument("--set", default="short", choices=["short", "agent"])
+    parser.add_argument("--set", default="short", choices=["short", "agent", "agent32"])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--runs", type=int, default=6)
