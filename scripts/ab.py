@@ -38,15 +38,20 @@ from short_rows import make_rows  # noqa: E402
 import qwen_encode as new  # noqa: E402
 
 
-def import_base(commit: str) -> Any:
-    """``qwen_encode`` at ``commit``, importable as ``qwen_encode_<commit>``."""
-    # Keyed by the full hash: a name such as HEAD moves, and its folder would be a stale copy.
-    commit = subprocess.run(
+def full_hash(commit: str) -> str:
+    """``commit``'s full hash. A base's copy is keyed by it: a name such as HEAD moves, and
+    its folder would be a stale copy."""
+    return subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{commit}^{{commit}}"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
+
+
+def import_base(commit: str) -> Any:
+    """``qwen_encode`` at ``commit``, importable as ``qwen_encode_<commit>``."""
+    commit = full_hash(commit)
     name = f"qwen_encode_{commit}"
     folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-{commit}"
     if not (folder / name).is_dir():

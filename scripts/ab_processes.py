@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ab import full_hash
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Run in each fresh process: times the tasks of scripts/ab.py's short and agent sets.
@@ -75,12 +77,7 @@ print(json.dumps({{name: statistics.median(t[1:]) for name, t in times.items()}}
 
 def install_base(commit: str) -> Path:
     """The folder holding ``qwen_encode`` at ``commit``, installed and compiled by pip."""
-    full = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{commit}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    full = full_hash(commit)
     folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-processes-{full}"
     if (folder / "qwen_encode" / "_compiled.txt").is_file():
         return folder
