@@ -63,11 +63,12 @@ cpdef bint _assistant(
 ) except -1
 @cython.locals(j=Py_ssize_t, where=str, name=str, texts=list, state=Py_ssize_t, field=str)
 cpdef bint _calls(list segs, list runs, object calls, Py_ssize_t i, _Shared s) except -1
+@cython.locals(ch=Py_UCS4)
 cpdef bint _bad(str text) except -1
 @cython.locals(rows=list, index=Py_ssize_t)
 cpdef object _read(list messages, bint add_generation_prompt)
 @cython.locals(index=Py_ssize_t, role=str, text=str)
 cpdef Py_ssize_t _last_query(list rows) except -2
-cdef bint _UNTRACKS
+cdef bint _COMPILED
 cdef tuple _kept(tuple item)
 cdef tuple _kept_if_plain(tuple item)

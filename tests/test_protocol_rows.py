@@ -326,3 +326,17 @@ def _fused_and_general_segments(messages: list[dict[str, Any]]) -> tuple[object,
     """The general path's segments of ``messages`` (the fused renderer switched off)."""
     with _general_only():
         return qe.format_prompt(messages, add_generation_prompt=False).segments
+
+
+def test_fused_renderer_finds_a_lone_surrogate_in_text_of_every_width() -> None:
+    """``_bad`` (a loop over code points compiled, UTF-8 encoding as Python) finds a lone
+    surrogate wherever it is, in text of one, two or four bytes a character, and nothing
+    else."""
+    from qwen_encode.protocol_rows import _bad
+
+    for base in ("caf\u00e9 au lait", "\u4f60\u597d\u4e16\u754c", "emoji \U0001f600 here"):
+        assert not _bad(base)
+        for lone in ("\ud800", "\udbff", "\udc00", "\udfff"):
+            for at in (0, len(base) // 2, len(base)):
+                assert _bad(base[:at] + lone + base[at:]), (base, lone, at)
+    assert not _bad("\ud7ff\ue000\U0010ffff\u00ff")  # the code points around the surrogates

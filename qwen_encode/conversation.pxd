@@ -1,0 +1,10 @@
+# Cython's types for conversation.py, compiled at install time (setup.py): the check of a plain
+# call name as a C loop over its characters. Only what is named here changes; uncompiled,
+# conversation.py runs as it reads.
+import cython
+
+cdef bint _NAMES_IN_ONE_PASS
+
+
+@cython.locals(ch=Py_UCS4)
+cpdef bint _plain_name_loop(str name) except -1
