@@ -7,4 +7,4 @@ cdef bint _NAMES_IN_ONE_PASS
 
 
 @cython.locals(ch=Py_UCS4)
-cpdef bint _plain_name_loop(str name) except -1
+cpdef bint _plain_name(str name) except -1

@@ -277,12 +277,16 @@ _PLAIN_NAME: Final = re.compile(
     + "".join(re.escape(chr(c)) for c in range(0x21, 0x7F) if chr(c) not in CALL_NAME_FORBIDDEN)
     + "]+"
 ).fullmatch
+_NAMES_IN_ONE_PASS: Final = runs_compiled("conversation")
 
 
-def _plain_name_loop(name: str) -> bool:
-    """``_PLAIN_NAME`` in one pass over the characters: what the compiled module runs (typed by
-    conversation.pxd: a C loop, where the regex took ~200 ns a name and allocated its stack each
-    time; a tool row checks a name and each argument's key). As Python the regex is faster."""
+def _plain_name(name: str) -> bool:
+    """Whether ``name`` is a plain call or parameter name (``_PLAIN_NAME``). Compiled, in one
+    pass over the characters (conversation.pxd types it: a C loop, where the regex took ~200 ns
+    a name and allocated its stack each time; a tool row checks a name and each argument's
+    key); as Python, by the regex, which is faster there."""
+    if not _NAMES_IN_ONE_PASS:
+        return _PLAIN_NAME(name) is not None
     if not name:
         return False
     # Printable ASCII but the space, and none of CALL_NAME_FORBIDDEN: a literal, so that the
@@ -294,7 +298,6 @@ def _plain_name_loop(name: str) -> bool:
     return True
 
 
-_NAMES_IN_ONE_PASS: Final = runs_compiled("conversation")
 # Argument values that nest no object or array (depth 1: always within MAX_JSON_DEPTH).
 _FLAT_VALUES: Final = frozenset({str, int, float, bool, type(None)})
 _new = object.__new__
@@ -397,9 +400,7 @@ def _plain_call(call: Any) -> ToolCall | None:
     elif type(function) is not dict:
         return None
     name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
-    if type(name) is not str or not (
-        _plain_name_loop(name) if _NAMES_IN_ONE_PASS else _PLAIN_NAME(name)
-    ):
+    if type(name) is not str or not _plain_name(name):
         return None
     if call_id is not None and type(call_id) is not str:
         return None
@@ -418,9 +419,7 @@ def _plain_call(call: Any) -> ToolCall | None:
         return None
     flat = True
     for key, value in arguments.items():
-        if type(key) is not str or not (
-            _plain_name_loop(key) if _NAMES_IN_ONE_PASS else _PLAIN_NAME(key)
-        ):
+        if type(key) is not str or not _plain_name(key):
             return None
         flat = flat and type(value) in _FLAT_VALUES
     if not flat and json_depth_problem(arguments) is not None:

@@ -30,18 +30,12 @@ from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
 from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
 from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
 
-try:
-    # Compiled: CPython's C API, declared in _capi.pxd (a cimport, resolved at build time, so
-    # nothing is imported), and C loops. As Python there is no C API to call (and Cython, if
-    # installed, is not imported for nothing: 2.4 ms); the collector untracks the tuples at its
-    # first pass.
-    if not runs_compiled("protocol_rows"):
-        raise ImportError("protocol_rows runs as Python")
+# Compiled: CPython's C API, declared in _capi.pxd (a cimport, resolved at build time, so
+# nothing is imported), and C loops. As Python there is no C API to call (nor is Cython, if
+# installed, imported for nothing: 2.4 ms); the collector untracks the tuples at its first pass.
+_COMPILED: Final = runs_compiled("protocol_rows")
+if _COMPILED:
     from cython.cimports.qwen_encode._capi import PyObject_GC_IsTracked, PyObject_GC_UnTrack
-
-    _COMPILED = True
-except ImportError:
-    _COMPILED = False
 
 
 def _kept(item: tuple[Any, ...]) -> tuple[Any, ...]:
