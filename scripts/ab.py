@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from ab_tasks import row_tasks  # noqa: E402
 from bench import make_corpus  # noqa: E402
 from short_rows import make_rows  # noqa: E402
 
@@ -79,46 +80,6 @@ def _check(old: Any, old_enc: Any, new_enc: Any, rows: list[dict[str, Any]]) -> 
         ea, eb = old_enc.encode(a), new_enc.encode(b)
         for field in ("input_ids", "assistant_mask", "turn_index"):
             assert (getattr(ea, field) == getattr(eb, field)).all(), field
-
-
-def _tasks(pkg: Any, encoder: Any, rows: list[dict[str, Any]]) -> dict[str, Callable[[], Any]]:
-    clear_render = getattr(pkg.protocol, "clear_render_cache", lambda: None)
-
-    def render() -> list[Any]:
-        return [
-            pkg.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False)
-            for r in rows
-        ]
-
-    ready = render()
-
-    def format_prompt() -> Any:
-        clear_render()
-        return render()
-
-    def encode_batch() -> Any:
-        encoder.clear_cache()
-        return encoder.encode_batch(ready)
-
-    def batched() -> Any:
-        encoder.clear_cache()
-        clear_render()
-        return encoder.encode_batch(render())
-
-    def per_row() -> Any:
-        encoder.clear_cache()
-        clear_render()
-        return [
-            encoder.encode_messages(r["messages"], tools=r["tools"], add_generation_prompt=False)
-            for r in rows
-        ]
-
-    return {
-        "format_prompt": format_prompt,
-        "encode_batch (rendered before)": encode_batch,
-        "end to end, batched": batched,
-        "end to end, per row": per_row,
-    }
 
 
 def _chat_tasks(pkg: Any, encoder: Any, turns: int) -> dict[str, Callable[[], Any]]:
@@ -177,7 +138,7 @@ def main() -> None:
         else:
             rows = make_rows(args.rows, shared=args.set == "agent")
         _check(old, old_enc, new_enc, rows)
-        tasks = {"old": _tasks(old, old_enc, rows), "new": _tasks(new, new_enc, rows)}
+        tasks = {"old": row_tasks(old, old_enc, rows), "new": row_tasks(new, new_enc, rows)}
     times: dict[str, dict[str, list[float]]] = {v: {n: [] for n in tasks[v]} for v in tasks}
     for run in range(args.runs):
         order = ("old", "new") if run % 2 == 0 else ("new", "old")

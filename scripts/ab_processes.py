@@ -33,11 +33,12 @@ from ab import full_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Run in each fresh process: times the tasks of scripts/ab.py's short and agent sets.
+# Run in each fresh process: times scripts/ab_tasks.row_tasks on the set asked for.
 _CHILD = """
 import gc, json, statistics, sys, time
 sys.path.insert(0, {scripts!r})
 import qwen_encode as qe
+from ab_tasks import row_tasks
 from short_rows import make_agent_rows, make_rows
 assert qe.__file__.startswith({package!r}), qe.__file__
 assert set(qe.accelerator_info().values()) == {{"compiled"}}, qe.accelerator_info()
@@ -47,26 +48,10 @@ rows = {{
     "agent": lambda n: make_rows(n, shared=True),
     "agent32": lambda n: make_agent_rows(n, 32, 800),
 }}[{kind!r}]({rows})
-
-def render():
-    return [qe.format_prompt(r["messages"], tools=r["tools"], add_generation_prompt=False)
-            for r in rows]
-
-ready = render()
-tasks = {{
-    "format_prompt": render,
-    "encode_batch (rendered before)": lambda: encoder.encode_batch(ready),
-    "end to end, batched": lambda: encoder.encode_batch(render()),
-    "end to end, per row": lambda: [
-        encoder.encode_messages(r["messages"], tools=r["tools"], add_generation_prompt=False)
-        for r in rows
-    ],
-}}
+tasks = row_tasks(qe, encoder, rows)
 times = {{name: [] for name in tasks}}
 for _ in range({runs}):
     for name, task in tasks.items():
-        encoder.clear_cache()
-        qe.protocol.clear_render_cache()
         gc.collect()
         start = time.perf_counter()
         task()
