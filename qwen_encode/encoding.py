@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .prompt import _segment_of
+from .prompt import _made, _segment_of
 from .provenance import SAMPLED, UNRECORDED, token_provenance
 
 __all__ = ["Encoding"]
@@ -94,7 +94,7 @@ class Encoding:
                 segments, segs = source
                 encoder = self._encoder
                 codes = token_provenance(
-                    tuple(map(_segment_of, segs)) if segments is None else segments,
+                    tuple(map(_segment_of, _made(segs))) if segments is None else segments,
                     self.input_ids,
                     encoder._token_bytes,
                     nfc=encoder._tokenizer.normalizer is not None,
@@ -159,6 +159,7 @@ _SET_ENCODER = Encoding.__dict__["_encoder"].__set__
 
 def _attach_source(encoding: Encoding, segments: Any, segs: Any, encoder: Any) -> None:
     """What ``encoding.provenance`` is computed from on first use: the prompt's segments (None
-    when it has only the compact form), its compact segments, and the encoder."""
+    when it has only the compact form), its compact segments (or what makes them: ``_LATER``),
+    and the encoder."""
     _SET_SOURCE(encoding, (segments, segs))
     _SET_ENCODER(encoding, encoder)

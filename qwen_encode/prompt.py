@@ -77,6 +77,21 @@ _RUN_MARKER, _RUN_TEXT, _RUN_BAD = 0, 1, 2
 _Run: TypeAlias = tuple[int, str, int, bool, Any]
 
 
+# A prompt rendered by the fused renderer of plain rows (``protocol_rows``) keeps no segments
+# until asked for them (``segments``, an encoding's provenance, an error's place): in their place
+# ``(_LATER, runs, head segments, head runs, tail segments, tail runs, pieces)``, the prompt's
+# runs, the segments and run count of the render cache's system turn and primer around its
+# turns, and each tool call's pieces (its name, its argument count, then each key and value as
+# written). ``_later_segs`` makes the segments of that, as the general path writes them.
+_LATER: Any = "".join(["\x00", "later"])
+_Later: TypeAlias = tuple[Any, ...]
+
+
+def _made(segs: Sequence[_Seg] | _Later) -> Sequence[_Seg]:
+    """``segs``, made if they were left for later."""
+    return _later_segs(segs) if segs and segs[0] is _LATER else segs
+
+
 def _runs_of(segs: Sequence[_Seg]) -> list[_Run]:
     """The markers and text runs of ``segs`` (see ``_Run``)."""
     runs: list[_Run] = []
@@ -168,7 +183,7 @@ class Prompt:
     _head: tuple[_Run, ...] | None
     _runs: Sequence[_Run] | None
     _segments: tuple[Segment, ...] | None
-    _segs: Sequence[_Seg] | None
+    _segs: Sequence[_Seg] | _Later | None
     _text: str | None
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
@@ -188,7 +203,7 @@ class Prompt:
     @classmethod
     def _compact(
         cls,
-        segs: Sequence[_Seg],
+        segs: Sequence[_Seg] | _Later,
         runs: Sequence[_Run] | None = None,
         head: tuple[_Run, ...] | None = None,
     ) -> Prompt:
@@ -206,8 +221,7 @@ class Prompt:
     def segments(self) -> tuple[Segment, ...]:
         segments = self._segments
         if segments is None:
-            assert self._segs is not None  # one of the two forms is always there
-            segments = tuple(map(_segment_of, self._segs))
+            segments = tuple(map(_segment_of, self._compact_segs()))
             object.__setattr__(self, "_segments", segments)
         return segments
 
@@ -222,10 +236,13 @@ class Prompt:
     def _compact_segs(self) -> Sequence[_Seg]:
         segs = self._segs
         if segs is None:
-            assert self._segments is not None
+            assert self._segments is not None  # one of the two forms is always there
             segs = [
                 _seg_of(s) or _bad_seg(position, s) for position, s in enumerate(self._segments)
             ]
+            object.__setattr__(self, "_segs", segs)
+        elif segs and segs[0] is _LATER:
+            segs = _later_segs(segs)
             object.__setattr__(self, "_segs", segs)
         return segs
 
@@ -271,6 +288,101 @@ class Prompt:
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _later_segs(later: Sequence[Any]) -> tuple[_Seg, ...]:
+    """The segments of a prompt left for later (``_LATER``).
+
+    The runs say everything but where a call's name, keys and values start in its run: a text
+    run's segments follow from the marker before it (the protocol's text around the caller's
+    is fixed there) and from whether a call follows it."""
+    _, runs, head_segs, head_runs, tail_segs, tail_runs, pieces = later
+    segs = list(head_segs)
+    _turn_segs(segs, runs, head_runs, len(runs) - tail_runs, pieces)
+    segs += tail_segs
+    return tuple(segs)
+
+
+# What a call's run holds around its caller text (as the builder joins consecutive protocol
+# texts): before a parameter, and the function's end, after the name (0), after a value (1),
+# after an empty value (2).
+_BEFORE = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
+
+
+def _turn_segs(
+    segs: list[_Seg], runs: Sequence[_Run], start: int, end: int, pieces: tuple[Any, ...]
+) -> None:
+    """The segments of the turns' runs ``runs[start:end]``, as the general path writes them
+    (``protocol_plain``; the differential tests in test_protocol_rows compare the two)."""
+    after = ""  # the marker before the run
+    at = 0  # the next call's pieces
+    call = 0  # the next call's index in its message
+    for k in range(start, end):
+        kind, text, i, trained, parts = runs[k]
+        if kind == _RUN_MARKER:
+            segs.append((text, i, trained, _MARKER))
+            if text == mk.TURN_OPEN:
+                call = 0
+            after = text
+        elif after == mk.TURN_OPEN:  # the role's line, and an answer with no reasoning span
+            if text.startswith("user\n"):
+                segs.append(("user\n", i, False, None))
+                if len(text) > len("user\n"):
+                    segs.append((text[len("user\n") :], i, False, "content"))
+            else:
+                segs.append(("assistant\n", i, False, None))
+                if parts is not None:  # the answer in the header's run (header_parts)
+                    _answer(segs, text[len("assistant\n") :], i, _before_call(runs, k))
+        elif after == mk.THINK_CLOSE:  # '\n\n' + the answer
+            segs.append(("\n\n", i, True, None))
+            if len(text) > 2:
+                _answer(segs, text[2:], i, _before_call(runs, k))
+        elif after == mk.THINK_OPEN or after == mk.TOOL_RESPONSE_OPEN:  # '\n' + text + '\n'
+            if len(text) > 2:
+                field = "reasoning_content" if trained else "content"
+                segs += (("\n", i, trained, None), (text[1:-1], i, trained, field))
+                segs.append(("\n", i, trained, None))
+            elif trained:  # an empty reasoning span
+                segs.append(("\n\n", i, True, None))
+            else:  # an empty tool result: its two lines
+                segs += (("\n", i, False, None), ("\n", i, False, None))
+        elif after == mk.TOOL_CALL_OPEN:
+            at = _call_segs(segs, pieces, at, i, f"tool_calls[{call}]")
+            call += 1
+        else:  # '\n' after a turn, between two calls or two tool results
+            segs.append((text, i, trained, None))
+
+
+def _before_call(runs: Sequence[_Run], k: int) -> bool:
+    """Whether a call follows run ``k`` (a turn's runs end on its closing marker)."""
+    return runs[k + 1][1] == mk.TOOL_CALL_OPEN
+
+
+def _answer(segs: list[_Seg], text: str, i: int, before_call: bool) -> None:
+    """An assistant's trimmed content, and the blank line its run ends with before a call."""
+    if before_call:
+        segs += ((text[:-2], i, True, "content"), ("\n\n", i, True, None))
+    else:
+        segs.append((text, i, True, "content"))
+
+
+def _call_segs(segs: list[_Seg], pieces: tuple[Any, ...], at: int, i: int, where: str) -> int:
+    """A call's segments, from its pieces at ``at``; where the next call's pieces start."""
+    name, count = pieces[at], int(pieces[at + 1])
+    segs += (("\n<function=", i, True, None), (name, i, True, where + ".name"))
+    state = 0
+    end = at + 2 + 2 * count
+    for k in range(at + 2, end, 2):
+        key, value = pieces[k], pieces[k + 1]
+        field = f"{where}.arguments.{key}"
+        segs += ((_BEFORE[state] + "<parameter=", i, True, None), (key, i, True, field))
+        if value:
+            segs += ((">\n", i, True, None), (value, i, True, field))
+            state = 1
+        else:
+            state = 2
+    segs.append((_BEFORE[state] + "</function>\n", i, True, None))
+    return end
 
 
 class _Builder:

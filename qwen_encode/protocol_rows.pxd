@@ -4,14 +4,7 @@
 import cython
 
 cdef class _Shared:
-    cdef readonly tuple after_param
-    cdef readonly tuple end_function
-    cdef readonly tuple function
-    cdef readonly tuple gt_nl_t
     cdef readonly tuple header_parts
-    cdef readonly tuple nl_t
-    cdef readonly tuple nl_u
-    cdef readonly tuple nlnl_t
     cdef readonly tuple r_assistant
     cdef readonly tuple r_call_close
     cdef readonly tuple r_call_open
@@ -27,33 +20,20 @@ cdef class _Shared:
     cdef readonly tuple r_think_close
     cdef readonly tuple r_think_open
     cdef readonly tuple r_user
-    cdef readonly tuple s_assistant
-    cdef readonly tuple s_call_close
-    cdef readonly tuple s_call_open
-    cdef readonly tuple s_close_t
-    cdef readonly tuple s_close_u
-    cdef readonly tuple s_open
-    cdef readonly tuple s_response_close
-    cdef readonly tuple s_response_open
-    cdef readonly tuple s_think_close
-    cdef readonly tuple s_think_open
-    cdef readonly tuple s_user
 
 
 @cython.locals(
     i=Py_ssize_t, last=Py_ssize_t, role=str, table=list, keep=bint, opens=bint, closes=bint
 )
 cpdef bint _render_turns(
-    list segs, list runs, list rows, bint preserve_thinking, Py_ssize_t last_query
+    list runs, list pieces, list rows, bint preserve_thinking, Py_ssize_t last_query
 ) except -1
-cpdef object _user(list segs, list runs, str text, Py_ssize_t i, _Shared s)
-cpdef object _tool(
-    list segs, list runs, str text, Py_ssize_t i, bint opens, bint closes, _Shared s
-)
+cpdef object _user(list runs, str text, Py_ssize_t i, _Shared s)
+cpdef object _tool(list runs, str text, Py_ssize_t i, bint opens, bint closes, _Shared s)
 @cython.locals(thought=str, run=str, trained=bint)
 cpdef bint _assistant(
-    list segs,
     list runs,
+    list pieces,
     str text,
     object reasoning,
     tuple calls,
@@ -61,8 +41,8 @@ cpdef bint _assistant(
     bint keep_reasoning,
     _Shared s,
 ) except -1
-@cython.locals(j=Py_ssize_t, where=str, name=str, texts=list, state=Py_ssize_t, field=str)
-cpdef bint _calls(list segs, list runs, object calls, Py_ssize_t i, _Shared s) except -1
+@cython.locals(j=Py_ssize_t, name=str, texts=list, arguments=dict)
+cpdef bint _calls(list runs, list pieces, object calls, Py_ssize_t i, _Shared s) except -1
 @cython.locals(ch=Py_UCS4)
 cpdef bint _bad(str text) except -1
 @cython.locals(rows=list, index=Py_ssize_t)

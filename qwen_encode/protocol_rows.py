@@ -4,16 +4,17 @@ written into the compact form in one pass, with no ``Turn``, ``TurnLayout`` or b
 
 A data job renders thousands of short rows, and there the objects of the general path (a Turn
 per message, a TurnLayout per turn, a tuple per segment and run) cost more than the text: their
-allocation, and the garbage collector walking every one of them. Here the segments and runs
-that do not depend on the caller's text (markers, the protocol's fixed texts) are made once per
-message index and shared by every prompt; a row allocates only the tuples that hold its text.
+allocation, and the garbage collector walking every one of them. Here the runs that do not
+depend on the caller's text (markers, the protocol's fixed texts) are made once per message
+index and shared by every prompt; a row allocates only the runs that hold its text, and its
+segments are made from its runs only if asked for (``prompt._LATER``).
 
 ``_render_plain`` returns None for anything it does not take (a Turn, a content list, an option
 that is not a plain bool, continuing a message, a conversation the template refuses, a lone
 surrogate, a value that is not JSON, more than ``_TABLE_SIZE`` messages): ``format_prompt`` then
 renders through the general path, which raises every error with its own type, message and
 place, in the template's order. What this returns equals what the general path makes (the
-differential tests in test_protocol check segments, runs and head on every shape).
+differential tests in test_protocol_rows check segments, runs and head on every shape).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from . import markers as mk
 from ._accelerator import runs_compiled
 from .conversation import ToolCall, _plain_parts, _PlainParts
 from .errors import PromptError
-from .prompt import _MARKER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run, _Seg
+from .prompt import _LATER, _RUN_MARKER, _RUN_TEXT, Prompt, _Run
 from .protocol_cache import _system_fragment, _tail_fragment, _tool_lines
 from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
 
@@ -40,7 +41,9 @@ if _COMPILED:
 
 def _kept(item: tuple[Any, ...]) -> tuple[Any, ...]:
     """A tuple this module made of a row's text (strings, ints, bools, None, and the shared
-    parts of a run, tuples of ints), left out of the garbage collector's passes.
+    parts of a run, tuples of ints), or of such tuples and the render cache's runs (the same,
+    of rendered strings), left out of the garbage collector's passes: none of it can lead back
+    to the tuple, whether the collector has yet untracked it or not.
 
     A data job keeps thousands of prompts alive, each with a dozen such tuples. The collector
     would walk each once and then untrack it (it holds nothing that can be in a cycle); walked
@@ -52,8 +55,8 @@ def _kept(item: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _kept_if_plain(item: tuple[Any, ...]) -> tuple[Any, ...]:
     """``_kept`` for a tuple holding what may be the caller's (an argument value of a ``str``
-    subclass, whose instance may hold anything), or shared tuples the collector may not yet
-    have untracked: untracked only when nothing in it is tracked."""
+    subclass, whose instance may hold anything): untracked only when nothing in it is
+    tracked."""
     if _COMPILED:
         for part in item:
             if PyObject_GC_IsTracked(part):
@@ -62,26 +65,19 @@ def _kept_if_plain(item: tuple[Any, ...]) -> tuple[Any, ...]:
     return item
 
 
-# Conversations longer than this go the general path: the shared tuples of an index cost ~4 kB
-# (1 MB for all), kept for the life of the process (short rows reach ~10 messages, agent
+# Conversations longer than this go the general path: the shared runs of an index cost ~1.6 kB
+# (0.4 MB for all), kept for the life of the process (short rows reach ~10 messages, agent
 # trajectories a few hundred).
 _TABLE_SIZE: Final = 256
 
 
 class _Shared:
-    """The segments and runs of message ``i`` that hold no caller text (one per index, made on
-    first use). ``u``: untrained (a turn's header, a user turn, a tool result), ``t``: trained
-    (an assistant's body)."""
+    """The runs of message ``i`` that hold no caller text (one per index, made on first use).
+    ``u``: untrained (a turn's header, a user turn, a tool result), ``t``: trained (an
+    assistant's body)."""
 
     __slots__ = (
-        "after_param",
-        "end_function",
-        "function",
-        "gt_nl_t",
         "header_parts",
-        "nl_t",
-        "nl_u",
-        "nlnl_t",
         "r_assistant",
         "r_call_close",
         "r_call_open",
@@ -97,54 +93,30 @@ class _Shared:
         "r_think_close",
         "r_think_open",
         "r_user",
-        "s_assistant",
-        "s_call_close",
-        "s_call_open",
-        "s_close_t",
-        "s_close_u",
-        "s_open",
-        "s_response_close",
-        "s_response_open",
-        "s_think_close",
-        "s_think_open",
-        "s_user",
     )
 
     def __init__(self, i: int) -> None:
-        def seg(text: str, trained: bool) -> _Seg:
-            return _kept((text, i, trained, None))
+        def run(text: str, trained: bool, marker: bool = False) -> _Run:
+            return _kept((_RUN_MARKER if marker else _RUN_TEXT, text, i, trained, None))
 
-        def both(text: str, trained: bool, marker: bool = False) -> tuple[_Seg, _Run]:
-            """The segment and the run of a text or a marker alone."""
-            kind, field = (_RUN_MARKER, _MARKER) if marker else (_RUN_TEXT, None)
-            return _kept((text, i, trained, field)), _kept((kind, text, i, trained, None))
-
-        self.s_open, self.r_open = both(mk.TURN_OPEN, False, True)
-        self.s_close_u, self.r_close_u = both(mk.TURN_CLOSE, False, True)
-        self.s_close_t, self.r_close_t = both(mk.TURN_CLOSE, True, True)
-        self.s_user, self.r_user = both("user\n", False)
-        self.s_assistant, self.r_assistant = both("assistant\n", False)
-        self.nl_u, self.r_nl_u = both("\n", False)
-        self.nl_t, self.r_nl_t = both("\n", True)
-        self.nlnl_t, self.r_nlnl_t = both("\n\n", True)
-        self.r_nlnl_u = both("\n\n", False)[1]
-        self.s_think_open, self.r_think_open = both(mk.THINK_OPEN, True, True)
-        self.s_think_close, self.r_think_close = both(mk.THINK_CLOSE, True, True)
-        self.s_call_open, self.r_call_open = both(mk.TOOL_CALL_OPEN, True, True)
-        self.s_call_close, self.r_call_close = both(mk.TOOL_CALL_CLOSE, True, True)
-        self.s_response_open, self.r_response_open = both(mk.TOOL_RESPONSE_OPEN, False, True)
-        self.s_response_close, self.r_response_close = both(mk.TOOL_RESPONSE_CLOSE, False, True)
+        self.r_open = run(mk.TURN_OPEN, False, True)
+        self.r_close_u = run(mk.TURN_CLOSE, False, True)
+        self.r_close_t = run(mk.TURN_CLOSE, True, True)
+        self.r_user = run("user\n", False)
+        self.r_assistant = run("assistant\n", False)
+        self.r_nl_u = run("\n", False)
+        self.r_nl_t = run("\n", True)
+        self.r_nlnl_t = run("\n\n", True)
+        self.r_nlnl_u = run("\n\n", False)
+        self.r_think_open = run(mk.THINK_OPEN, True, True)
+        self.r_think_close = run(mk.THINK_CLOSE, True, True)
+        self.r_call_open = run(mk.TOOL_CALL_OPEN, True, True)
+        self.r_call_close = run(mk.TOOL_CALL_CLOSE, True, True)
+        self.r_response_open = run(mk.TOOL_RESPONSE_OPEN, False, True)
+        self.r_response_close = run(mk.TOOL_RESPONSE_CLOSE, False, True)
         # The header (untrained) and the content (trained) of an assistant turn without its
         # reasoning span are one run of two parts.
         self.header_parts = _kept((_kept((0, i, False)), _kept((len("assistant\n"), i, True))))
-        # A call's protocol text is joined with what follows it (the builder joins consecutive
-        # protocol texts): what comes before a parameter, and the function's end, after the
-        # name (0), after a value (1), after an empty value (2).
-        before = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
-        self.function = seg("\n<function=", True)
-        self.gt_nl_t = seg(">\n", True)
-        self.after_param = tuple(seg(text + "<parameter=", True) for text in before)
-        self.end_function = tuple(seg(text + "</function>\n", True) for text in before)
 
 
 _TABLE: list[_Shared] = []
@@ -208,9 +180,9 @@ def _render_plain(
     system = rows[0][1] if has_system else None
     if last_query < 0 or (system is not None and not system.isascii() and _bad(system)):
         return None
-    segs: list[_Seg] = []
     runs: list[_Run] = []
-    if not _render_turns(segs, runs, rows, preserve_thinking, last_query):
+    pieces: list[Any] = []
+    if not _render_turns(runs, pieces, rows, preserve_thinking, last_query):
         return None
     # The caches are touched only once the turns are known to render: a conversation refused
     # here is rendered again by the general path, and counted in render_cache_info once.
@@ -220,18 +192,23 @@ def _render_plain(
         return None
     head = _system_fragment(has_system, system, instruction, tool_lines, add_vision_id)
     tail = _tail_fragment(add_generation_prompt, False, enable_thinking)
-    # Tuples, not lists: a tuple that holds only untracked tuples can leave the garbage
-    # collector (_kept_if_plain; a list never does), and a data job keeps thousands of prompts
-    # alive. No run crosses a turn here (each turn starts on a marker), so the runs concatenate
-    # as they are.
-    all_segs = _kept_if_plain((*head.segs, *segs, *tail.segs))
-    all_runs = _kept_if_plain((*head.runs, *runs, *tail.runs))
-    prompt = Prompt._compact(all_segs, all_runs, head.runs if len(head.runs) > 1 else None)
-    if _COMPILED and not (PyObject_GC_IsTracked(all_segs) or PyObject_GC_IsTracked(all_runs)):
-        # Then nothing the prompt holds can lead back to it (its head is the render cache's
-        # runs of the system turn: rendered strings), nor can the segments and text it makes
-        # of them later (strings, ints, frozen segments of those): it can be in no cycle.
-        # Tracked, the prompts a data job holds were what set off each full collection.
+    # A tuple, not a list: a list never leaves the garbage collector, and a data job keeps
+    # thousands of prompts alive. Every run is this module's or the render cache's (strings,
+    # ints, tuples of those): none can lead back to the tuple. No run crosses a turn here (each
+    # turn starts on a marker), so the runs concatenate as they are.
+    all_runs = _kept((*head.runs, *runs, *tail.runs))
+    called = _kept_if_plain(tuple(pieces)) if pieces else ()
+    # No segments: what makes them when first asked for (``_later_segs``). A data job encodes
+    # its prompts and never reads their segments, and a tuple per caller text (and its field's
+    # name) made, walked by the collector and freed with each row was a quarter of rendering it.
+    later = (_LATER, all_runs, head.segs, len(head.runs), tail.segs, len(tail.runs), called)
+    prompt = Prompt._compact(later, all_runs, head.runs if len(head.runs) > 1 else None)
+    if _COMPILED and not PyObject_GC_IsTracked(called):
+        # Then nothing the prompt holds can lead back to it: runs and pieces of strings and
+        # ints, the render cache's segments (tuples of strings); nor can the segments and text
+        # it makes of them later (strings, ints, frozen segments of those). So it can be in no
+        # cycle. Tracked, the prompts a data job holds were what set off each full collection.
+        PyObject_GC_UnTrack(later)
         PyObject_GC_UnTrack(prompt)
     return prompt
 
@@ -290,14 +267,15 @@ def _bad(text: str) -> bool:
 
 
 def _render_turns(
-    segs: list[_Seg],
     runs: list[_Run],
+    pieces: list[Any],
     rows: list[_PlainParts],
     preserve_thinking: bool,
     last_query: int,
 ) -> bool:
-    """Each turn's segments and runs, as ``protocol_plain`` writes them; False on a lone
-    surrogate or a value that is not JSON (the general path names it)."""
+    """Each turn's runs, as ``protocol_plain`` lays them out, and each call's pieces (what
+    ``prompt._later_segs`` makes its segments of); False on a lone surrogate or a value that is
+    not JSON (the general path names it)."""
     last = len(rows) - 1
     table = _TABLE
     if len(table) < len(rows):
@@ -310,21 +288,21 @@ def _render_turns(
         elif not content.isascii() and _bad(content):
             return False
         if role == "user":
-            _user(segs, runs, content.strip(), i, table[i])
+            _user(runs, content.strip(), i, table[i])
         elif role == "assistant":
             keep = preserve_thinking or i > last_query
-            if not _assistant(segs, runs, content.strip(), reasoning, calls, i, keep, table[i]):
+            s = table[i]
+            if not _assistant(runs, pieces, content.strip(), reasoning, calls, i, keep, s):
                 return False
         else:
             opens = rows[i - 1][0] != "tool"
             closes = i == last or rows[i + 1][0] != "tool"
-            _tool(segs, runs, content.strip(), i, opens, closes, table[i])
+            _tool(runs, content.strip(), i, opens, closes, table[i])
     return True
 
 
-def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int, s: _Shared) -> None:
+def _user(runs: list[_Run], text: str, i: int, s: _Shared) -> None:
     if text:
-        segs += (s.s_open, s.s_user, _kept((text, i, False, "content")), s.s_close_u, s.nl_u)
         runs += (
             s.r_open,
             _kept((_RUN_TEXT, "user\n" + text, i, False, None)),
@@ -332,37 +310,28 @@ def _user(segs: list[_Seg], runs: list[_Run], text: str, i: int, s: _Shared) -> 
             s.r_nl_u,
         )
     else:
-        segs += (s.s_open, s.s_user, s.s_close_u, s.nl_u)
         runs += (s.r_open, s.r_user, s.r_close_u, s.r_nl_u)
 
 
-def _tool(
-    segs: list[_Seg], runs: list[_Run], text: str, i: int, opens: bool, closes: bool, s: _Shared
-) -> None:
+def _tool(runs: list[_Run], text: str, i: int, opens: bool, closes: bool, s: _Shared) -> None:
     # Template lines 160-172: consecutive results share one user turn, each in its own
     # '\n<tool_response>\n' … '\n</tool_response>' span.
     if opens:
-        segs += (s.s_open, s.s_user)
         runs += (s.r_open, s.r_user)
     else:
-        segs.append(s.nl_u)
         runs.append(s.r_nl_u)
     if text:
-        segs += (s.s_response_open, s.nl_u, _kept((text, i, False, "content")), s.nl_u)
         runs += (s.r_response_open, _kept((_RUN_TEXT, "\n" + text + "\n", i, False, None)))
     else:
-        segs += (s.s_response_open, s.nl_u, s.nl_u)
         runs += (s.r_response_open, s.r_nlnl_u)
-    segs.append(s.s_response_close)
     runs.append(s.r_response_close)
     if closes:
-        segs += (s.s_close_u, s.nl_u)
         runs += (s.r_close_u, s.r_nl_u)
 
 
 def _assistant(
-    segs: list[_Seg],
     runs: list[_Run],
+    pieces: list[Any],
     text: str,
     reasoning: str | None,
     calls: tuple[ToolCall, ...],
@@ -373,7 +342,6 @@ def _assistant(
     """As ``_plain_assistant``, of the trimmed content ``text``; False on a lone surrogate in
     the reasoning or the calls, or a value that is not JSON."""
     # '<think>\n' + reasoning_content|trim + '\n</think>\n\n' + content
-    segs += (s.s_open, s.s_assistant)
     runs.append(s.r_open)
     parts: Any = None
     if keep_reasoning:
@@ -381,69 +349,54 @@ def _assistant(
         if not thought.isascii() and _bad(thought):
             return False
         if thought:
-            segs += (s.s_think_open, s.nl_t, _kept((thought, i, True, "reasoning_content")), s.nl_t)
             runs += (
                 s.r_assistant,
                 s.r_think_open,
                 _kept((_RUN_TEXT, "\n" + thought + "\n", i, True, None)),
             )
         else:
-            segs += (s.s_think_open, s.nlnl_t)
             runs += (s.r_assistant, s.r_think_open, s.r_nlnl_t)
-        segs += (s.s_think_close, s.nlnl_t)
         runs.append(s.r_think_close)
         run, trained = "\n\n" + text, True
     elif text:
         run, trained, parts = "assistant\n" + text, False, s.header_parts
     else:
         run, trained = "assistant\n", False
-    if text:
-        segs.append(_kept((text, i, True, "content")))
-        if calls:
-            # '\n\n' before the first call only when the trimmed content is non-empty.
-            segs.append(s.nlnl_t)
-            run += "\n\n"
+    if text and calls:
+        run += "\n\n"  # '\n\n' before the first call only when the trimmed content is non-empty
     runs.append(_kept((_RUN_TEXT, run, i, trained, parts)))
-    if calls and not _calls(segs, runs, calls, i, s):
+    if calls and not _calls(runs, pieces, calls, i, s):
         return False
-    segs += (s.s_close_t, s.nl_u)
     runs += (s.r_close_t, s.r_nl_u)
     return True
 
 
 def _calls(
-    segs: list[_Seg], runs: list[_Run], calls: Sequence[ToolCall], i: int, s: _Shared
+    runs: list[_Run], pieces: list[Any], calls: Sequence[ToolCall], i: int, s: _Shared
 ) -> bool:
-    """As ``_plain_calls``: each call one text run between its two markers."""
+    """As ``_plain_calls``: each call one text run between its two markers; its pieces (name,
+    argument count, then each key and value as written) for ``prompt._later_segs``."""
     for j, call in enumerate(calls):
-        where = f"tool_calls[{j}]"
         if j:
-            segs.append(s.nl_t)  # '\n' between two calls
-            runs.append(s.r_nl_t)
+            runs.append(s.r_nl_t)  # '\n' between two calls
         name = call.name  # plain names are printable ASCII (_PLAIN_NAME)
-        segs += (s.s_call_open, s.function, _kept((name, i, True, where + ".name")))
+        arguments = call.arguments
         runs.append(s.r_call_open)
+        pieces += (name, len(arguments))
         texts = ["\n<function=", name, ">\n"]
-        state = 0  # what the protocol text still to write follows: the name, a value, ""
-        for key, value in call.arguments.items():
-            field = f"{where}.arguments.{key}"
-            segs += (s.after_param[state], _kept((key, i, True, field)))
+        for key, value in arguments.items():
             if not isinstance(value, str):
                 try:
                     # json writes an int as its repr (and refuses one past the digit limit,
                     # as repr does); anything else through the template's tojson.
+                    field = f"tool_calls[{j}].arguments.{key}"
                     value = repr(value) if type(value) is int else _tojson(value, field)
                 except Exception:  # whatever it is, the general path raises it
                     return False
-            if value:
-                if not value.isascii() and _bad(value):
-                    return False
-                segs += (s.gt_nl_t, _kept_if_plain((value, i, True, field)))
-                state = 1
-            else:
-                state = 2
+            if value and not value.isascii() and _bad(value):
+                return False
+            pieces += (key, value)
             texts += ("<parameter=", key, ">\n", value, "\n</parameter>\n")
         texts.append("</function>\n")
-        segs += (s.end_function[state], s.s_call_close)
         runs += (_kept((_RUN_TEXT, "".join(texts), i, True, None)), s.r_call_close)
     return True

@@ -275,20 +275,21 @@ def test_fused_renderer_shared_tuples_are_made_once_per_index_across_threads() -
         for thread in threads:
             thread.join()
         table = protocol_rows._TABLE
-        assert [entry.s_open[1] for entry in table] == list(range(110))
+        assert [entry.r_open[2] for entry in table] == list(range(110))
     finally:
         sys.setswitchinterval(interval)
         protocol_rows._TABLE[:] = saved
 
 
 def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled() -> None:
-    """Compiled, the tuples a row's text makes (a segment and a run each), the prompt's two
-    tuples and the prompt are untracked when made, not walked by young collections first;
-    anything the caller gave that the collector tracks (a str subclass's instance) keeps its
-    tuple, and the prompt, tracked."""
+    """Compiled, the tuples a row's text makes (a run each, and the calls' pieces), the
+    prompt's runs, what makes its segments later, and the prompt are untracked when made, not
+    walked by young collections first; anything the caller gave that the collector tracks (a
+    str subclass's instance) keeps its tuple, and the prompt, tracked."""
     import gc
 
     from qwen_encode._accelerator import runs_compiled
+    from qwen_encode.prompt import _LATER
 
     if not runs_compiled("protocol_rows"):
         pytest.skip("protocol_rows runs as Python: the collector untracks the tuples itself")
@@ -301,14 +302,20 @@ def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled(
         {"role": "assistant", "content": "done"},
     ]
     first = qe.format_prompt(messages, add_generation_prompt=False)
-    # The render cache's system turn, made once by the first row, leaves at the first pass.
-    gc.collect()
+    # The render cache's system turn made just now, still tracked, keeps nothing tracked.
+    qe.protocol.clear_render_cache()
     prompt = qe.format_prompt(messages, add_generation_prompt=False)
-    assert prompt == first
-    assert not gc.is_tracked(prompt) and not gc.is_tracked(prompt._segs)
-    assert not gc.is_tracked(prompt._runs)
-    assert [seg for seg in prompt._segs if gc.is_tracked(seg)] == []
+    # Its segments are left for later (made by comparing it): what is made of them is only the
+    # runs and the calls' pieces, none tracked.
+    later = prompt._segs
+    assert later[0] is _LATER and later[1] is prompt._runs
+    assert not gc.is_tracked(prompt) and not gc.is_tracked(later)
+    assert not gc.is_tracked(prompt._runs) and not gc.is_tracked(later[6])
+    turns = prompt._layout()[later[3] : len(later[1]) - later[5]]
+    assert [run for run in turns if gc.is_tracked(run)] == []
+    gc.collect()  # the render cache's, left to the collector: at its first pass
     assert [run for run in prompt._layout() if gc.is_tracked(run)] == []
+    assert prompt == first
 
     class Note(str):
         """A str whose instances have a __dict__: the collector tracks them."""
@@ -316,9 +323,11 @@ def test_fused_renderer_leaves_a_rows_tuples_out_of_the_collector_when_compiled(
     value = Note("v")
     call["function"]["arguments"] = {"a": value}
     prompt = qe.format_prompt(messages, add_generation_prompt=False)
-    held = [seg for seg in prompt._segs if seg[0] is value]
-    assert len(held) == 1 and gc.is_tracked(held[0]) and gc.is_tracked(prompt._segs)
-    assert gc.is_tracked(prompt)  # its text may hold anything: the collector sees it
+    assert value in prompt._segs[6] and gc.is_tracked(prompt._segs[6])
+    assert not gc.is_tracked(prompt._runs)  # the value is copied into its run's text
+    assert gc.is_tracked(prompt._segs)  # its text may hold anything: the collector sees it
+    assert gc.is_tracked(prompt)
+    assert [seg for seg in prompt._compact_segs() if seg[0] is value] != []
     assert prompt.segments == _fused_and_general_segments(messages)
 
 
