@@ -16,4 +16,6 @@ import cython
     run=tuple,
     kind=Py_ssize_t,
 )
-cpdef object _columns_loop(object rest, Py_ssize_t base, dict added_ids, object initial)
+cpdef object _columns_loop(
+    object rest, Py_ssize_t base, dict added_ids, object initial, tuple out
+)

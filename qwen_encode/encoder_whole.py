@@ -78,6 +78,7 @@ class _Rows:
         "known",
         "marker_runs",
         "new_heads",
+        "out",
         "positions",
         "runs",
         "seen",
@@ -106,6 +107,13 @@ class _Rows:
         self.crossing: list[_Crossing] = []
         self.runs = 0
         self.seen: str | None = None  # a long request's first text run, to keep (_first_time)
+        # The lists each prompt's columns are added to (``_columns``), in place.
+        self.out: _Out = (self.expected, self.marker_runs, self.turn, self.trained)
+
+    def drop(self, markers: int, owners: int) -> None:
+        """Forget the markers and run owners added past these counts (a prompt not taken)."""
+        del self.expected[markers:], self.marker_runs[markers:]
+        del self.turn[owners:], self.trained[owners:]
 
 
 _Crossing: TypeAlias = tuple[int, int, int, tuple[int, ...], tuple[tuple[int, bool], ...]]
@@ -334,37 +342,45 @@ class _Whole(_Assembly):
         rest = runs[start:] if start else runs
         if not rest:
             return False
-        # A head left out is one run of its own before the row's (its tokens: its kept IDs).
-        base = rows.runs + (head is not None)
-        columns = _columns(rest, base, self._added_ids, self._marker_initial)
-        if columns is None:
-            return False  # its tokens would not start on a marker, or it holds a refusal
-        text, expected, marker_runs, turns, trained, crossing, suspect = columns
-        if self._cuttable and _cut_length(len(text)):
-            return False  # long: encoded in pieces, to bound the engine's memory
-        if self._spells_marker(suspect):
-            return False  # a text run spells an added token: encoded literally or refused
-        if longest and len(text) > longest and not self._first_time(rest, rows):
-            return False  # a long request met before (see _whole_rows)
-        row = len(rows.texts)
-        if crossing and not self._whole_crossing(rest, base, row, rows.crossing):
-            return False
-        if new is not None:
-            rows.new_heads[new] = (row, list(map(_KIND, new)).count(_RUN_MARKER))
-        if head is not None:
-            rows.head_runs.append(rows.runs)
+        markers, owners = len(rows.expected), len(rows.turn)
+        if head is not None:  # one run of its own before the row's (its tokens: its kept IDs)
             rows.turn.append(runs[0][2])
             rows.trained.append(False)
+        base = rows.runs + (head is not None)
+        text = self._whole_text(rest, base, rows, longest)
+        if text is None:
+            rows.drop(markers, owners)
+            return False
+        if new is not None:
+            rows.new_heads[new] = (len(rows.texts), list(map(_KIND, new)).count(_RUN_MARKER))
+        if head is not None:
+            rows.head_runs.append(rows.runs)
         rows.positions.append(position)
         rows.texts.append(text)
         rows.heads.append(head)
-        rows.firsts.append(len(rows.expected))
-        rows.expected += expected
-        rows.marker_runs += marker_runs
-        rows.turn += turns
-        rows.trained += trained
+        rows.firsts.append(markers)
         rows.runs = base + len(rest)
         return True
+
+    def _whole_text(
+        self, rest: Sequence[Any], base: int, rows: _Rows, longest: int | None
+    ) -> str | None:
+        """The engine's text of a prompt's runs ``rest`` (counted from ``base``), their columns
+        added to ``rows``; None when this path does not take them (the caller drops what was
+        added)."""
+        found = _columns(rest, base, self._added_ids, self._marker_initial, rows.out)
+        if found is None:
+            return None  # its tokens would not start on a marker, or it holds a refusal
+        text, crossing, suspect = found
+        if self._cuttable and _cut_length(len(text)):
+            return None  # long: encoded in pieces, to bound the engine's memory
+        if self._spells_marker(suspect):
+            return None  # a text run spells an added token: encoded literally or refused
+        if longest and len(text) > longest and not self._first_time(rest, rows):
+            return None  # a long request met before (see _whole_rows)
+        if crossing and not self._whole_crossing(rest, base, len(rows.texts), rows.crossing):
+            return None
+        return text
 
     def _first_time(self, rest: Sequence[Any], rows: _Rows) -> bool:
         """Whether a long request's first text run is new to the run cache (and, if so, that
@@ -526,17 +542,21 @@ class _Whole(_Assembly):
         return [found[h] if type(h) is tuple else h for h in rows.heads]
 
 
-# One prompt's runs as the columns ``_lay_out_whole`` adds to a batch: its text, its markers' IDs
-# and runs (counted from ``base``), each run's owner, whether some run changes owner inside it,
-# and what ``_added_pattern`` must search (its text runs that may spell an added token, joined
-# by NUL, which no Qwen added token holds; None: none can); None when the prompt does not start
-# on a marker, holds a refusal (a hand-made segment of no known type), or a marker the
-# vocabulary lacks.
-_Columns: TypeAlias = tuple[str, list[int], list[int], Any, Any, bool, str | None]
+# One prompt's runs as ``_lay_out_whole`` lays them out: its markers' IDs and runs (counted from
+# ``base``) and each run's owner added to the batch's columns (``_Out``: expected, marker_runs,
+# turn, trained), and returned: its text, whether some run changes owner inside it, and what
+# ``_added_pattern`` must search (its text runs that may spell an added token, joined by NUL,
+# which no Qwen added token holds; None: none can). None when the prompt does not start on a
+# marker, holds a refusal (a hand-made segment of no known type), or a marker the vocabulary
+# lacks; what was added is then the caller's to drop (``_Rows.drop``). Added in place, not
+# returned as lists: four lists made, joined to the batch's and freed per row were a sixth of
+# laying out a short row.
+_Out: TypeAlias = tuple[list[int], list[int], list[int], list[bool]]
+_Columns: TypeAlias = tuple[str, bool, str | None]
 
 
 def _columns_builtin(
-    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
+    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None, out: _Out
 ) -> _Columns | None:
     """``_Columns`` in a few passes of builtins over the runs: pure Python's fastest."""
     kinds, texts, turns, trained, parts = zip(*rest, strict=True)
@@ -553,21 +573,20 @@ def _columns_builtin(
     suspect = None
     if initial is None or text.count(initial) != "".join(markers).count(initial):
         suspect = "\x00".join(compress(texts, kinds))
-    marker_runs = list(compress(range(base, base + len(rest)), is_marker))
-    crossing = parts.count(None) != len(parts)
-    return text, expected, marker_runs, turns, trained, crossing, suspect
+    out[0].extend(expected)
+    out[1].extend(compress(range(base, base + len(rest)), is_marker))
+    out[2].extend(turns)
+    out[3].extend(trained)
+    return text, parts.count(None) != len(parts), suspect
 
 
 def _columns_loop(
-    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None
+    rest: Sequence[Any], base: int, added_ids: dict[str, int], initial: str | None, out: _Out
 ) -> _Columns | None:
     """``_Columns`` in one pass over the runs: what the compiled module runs (typed by
     encoder_whole.pxd, a third of the builtins' time; as Python, twice it)."""
+    expected, marker_runs, turns, trained = out
     texts: list[str] = []
-    expected: list[int] = []
-    marker_runs: list[int] = []
-    turns: list[int] = []
-    trained: list[bool] = []
     suspect: list[str] = []
     crossing = False
     for k in range(len(rest)):
@@ -590,7 +609,7 @@ def _columns_loop(
         if run[4] is not None:
             crossing = True
     joined = "\x00".join(suspect) if suspect else None
-    return "".join(texts), expected, marker_runs, turns, trained, crossing, joined
+    return "".join(texts), crossing, joined
 
 
 _columns = _columns_loop if runs_compiled("encoder_whole") else _columns_builtin

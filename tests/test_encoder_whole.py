@@ -61,14 +61,20 @@ def _same(got: Any, want: Any, where: Any = None) -> None:
         assert str(got) == str(want), where
 
 
-def _count_whole(encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many prompts each whole-path engine call carried."""
+def _count_whole(
+    encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch, failed: list[int] | None = None
+) -> list[int]:
+    """How many prompts each whole-path engine call carried (and, into ``failed``, the
+    positions it gave back to the run-by-run path after all: its columns did not fit)."""
     taken: list[int] = []
     original = encoder._whole_encode
 
     def spy(rows, *rest):  # type: ignore[no-untyped-def]
         taken.append(len(rows.texts))
-        return original(rows, *rest)
+        done, back = original(rows, *rest)
+        if failed is not None:
+            failed.extend(back)
+        return done, back
 
     monkeypatch.setattr(encoder, "_whole_encode", spy)
     return taken
@@ -77,15 +83,19 @@ def _count_whole(encoder: qe.Encoder, monkeypatch: pytest.MonkeyPatch) -> list[i
 def test_a_batch_gives_the_run_by_run_arrays(pair, monkeypatch) -> None:
     whole, runs = pair
     whole.clear_cache()
-    taken = _count_whole(whole, monkeypatch)
+    failed: list[int] = []
+    taken = _count_whole(whole, monkeypatch, failed)
     want = runs.encode_batch(PROMPTS, errors="return")
     for round_ in ("cold", "kept heads"):
         got = whole.encode_batch(PROMPTS, errors="return")
         for n, (g, w) in enumerate(zip(got, want, strict=True)):
             _same(g, w, (round_, n))
     # The path is not vacuous: most of the plain cases went whole (218 of 320: the others hold
-    # a user text spelling <tool_response>, or a combining mark where the owner changes).
+    # a user text spelling <tool_response>, or a combining mark where the owner changes), and
+    # stayed whole: the columns of the prompts it did not take, some partly laid out before
+    # they were refused, left none behind (the one pass would refuse the batch's columns).
     assert taken and min(taken) > 200, taken
+    assert failed == []
     assert whole.cache_info()["head_hits"] >= 1
 
 
@@ -367,9 +377,9 @@ def _decision(columns: Any, pattern: Any) -> Any:
     through whether the added tokens' pattern finds one in them."""
     if columns is None:
         return None
-    text, expected, marker_runs, turns, trained, crossing, suspect = columns
+    text, crossing, suspect = columns
     spells = suspect is not None and pattern.search(suspect) is not None
-    return text, expected, marker_runs, list(turns), list(trained), crossing, spells
+    return text, crossing, spells
 
 
 EMPTY_CROSSING = [
@@ -502,9 +512,16 @@ def test_the_two_layouts_of_a_prompt_agree(qwen38_dir: Path) -> None:
         runs = prompt._layout()
         for base, initial in ((0, initials[0]), (7, initials[0]), (3, initials[1])):
             args = (runs, base, encoder._added_ids, initial)
-            want = _decision(encoder_whole._columns_builtin(*args), encoder._added_pattern)
-            got = _decision(encoder_whole._columns_loop(*args), encoder._added_pattern)
+            # Added after what a batch's columns already hold, as _lay_out_whole adds them.
+            want_out: Any = ([7], [0], [-1], [False])
+            got_out: Any = ([7], [0], [-1], [False])
+            want = _decision(
+                encoder_whole._columns_builtin(*args, want_out), encoder._added_pattern
+            )
+            got = _decision(encoder_whole._columns_loop(*args, got_out), encoder._added_pattern)
             assert got == want, (prompt, base, initial)
+            if want is not None:  # else partly added, for the caller to drop
+                assert got_out == want_out, (prompt, base, initial)
         taken += want is not None
         refused += want is None
         spelled += want is not None and want[-1]
