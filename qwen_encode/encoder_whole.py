@@ -75,6 +75,7 @@ class _Rows:
         "firsts",
         "head_runs",
         "heads",
+        "held",
         "known",
         "marker_runs",
         "new_heads",
@@ -95,6 +96,10 @@ class _Rows:
         self.heads: list[Any] = []
         self.head_runs: list[int] = []  # the run standing for each head left out
         self.known: dict[tuple[Any, ...], np.ndarray] = {}  # heads found kept, this batch
+        # The same, by the head's identity: the render cache hands every row of a data set the
+        # same head, and hashing it (a tuple of runs) for each row cost more than the lookup.
+        # The head is held with its IDs, so its id names no other object while the batch lives.
+        self.held: dict[int, tuple[tuple[Any, ...], np.ndarray]] = {}
         # Heads first met in this batch: the row that encodes each whole, and its markers.
         self.new_heads: dict[tuple[Any, ...], tuple[int, int]] = {}
         self.firsts: list[int] = []  # each row's first marker, counted over the batch
@@ -403,12 +408,16 @@ class _Whole(_Assembly):
         ``_lay_out_head`` keeps)."""
         if head is None:
             return None, 0, None
+        held = rows.held.get(id(head))
+        if held is not None and held[0] is head:
+            return held[1], len(head), None
         ids = rows.known.get(head)
         if ids is None:
             ids = self._kept_head(head)
             if ids is not None:
                 rows.known[head] = ids
         if ids is not None:
+            rows.held[id(head)] = (head, ids)
             return ids, len(head), None
         if head in rows.new_heads:
             return head, len(head), None
