@@ -68,6 +68,34 @@ _CHAT_OPTIONS = frozenset(
 # prompts out as a batch of items, _Runs (encoder_runs) encodes and caches the run texts,
 # _Assembly (encoder_assembly) builds the arrays, _Whole (encoder_whole) encodes whole prompts in
 # one engine call where that gives the same IDs. This class is the public face and the state.
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A pattern matching any of ``words`` (none empty), factored by their shared prefixes, the
+    longer first where one word begins another ("<tts_text_bos_single>", not its prefix
+    "<tts_text_bos>").
+
+    A flat alternation of Qwen's 33 added tokens, all starting with "<", had the regex engine try
+    every one at each "<" of a text: a tool call's run has several ("<function=",
+    "<parameter="), and searching the runs that may spell a marker took 0.8 µs of a short row;
+    factored, 0.35."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def branches(node: dict[str, Any]) -> str:
+        parts = [re.escape(char) + branches(child) for char, child in sorted(node.items()) if char]
+        if not parts:
+            return ""
+        body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+        return f"(?:{body})?" if "" in node else body  # greedy: the longer word first
+
+    return branches(trie)
+
+
 class Encoder(_Whole):
     """Encodes ``Prompt`` values with one checkpoint's vocabulary.
 
@@ -143,9 +171,8 @@ class Encoder(_Whole):
         self._marker_codes = {
             content: -1 - token_id for content, token_id in vocabulary.added_tokens.items()
         }
-        # Longest first, so the alternation reports "<tts_text_bos_single>" rather than a prefix.
-        contents = sorted(vocabulary.added_tokens, key=len, reverse=True)
-        self._added_pattern = re.compile("|".join(re.escape(c) for c in contents))
+        contents = list(vocabulary.added_tokens)
+        self._added_pattern = re.compile(_alternation(contents))
         # tokenizers matches a `normalized: true` added token in the NFC-normalised text, where
         # e.g. U+212A KELVIN SIGN has become "K"; such vocabularies are checked on that text too.
         self._normalized_match = any(

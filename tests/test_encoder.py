@@ -337,3 +337,35 @@ def test_reject_in_a_batch_can_return_the_refusal_in_place(encoder: qe.Encoder) 
         assert result.input_ids.tolist() == encoder.encode(prompt).input_ids.tolist()
     with pytest.raises(ValueError, match="errors"):
         strict.encode_batch(prompts, errors="skip")  # type: ignore[call-overload]
+
+
+_QWEN_ADDED = [
+    token["content"]
+    for token in json.loads((ROOT / "fixtures" / "qwen3.8-tiny" / "tokenizer.json").read_text())[
+        "added_tokens"
+    ]
+]
+# Words one of which begins another, and words sharing no first character.
+_NESTED = ["ab", "abc", "abcd", "b", "<x|", "<x|y>", "z"]
+
+
+@pytest.mark.parametrize("words", [_QWEN_ADDED, _NESTED], ids=["qwen", "nested"])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_factored_alternation_finds_what_the_flat_one_finds(words, data) -> None:
+    """The added tokens' pattern, factored by shared prefixes, finds the same token at the same
+    place as the flat alternation of them, longest first (what it replaced: tokenizers matches
+    the leftmost, longest added token)."""
+    import re
+
+    from qwen_encode.encoder import _alternation
+
+    factored = re.compile(_alternation(words))
+    flat = re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))
+    pieces = st.one_of(st.sampled_from(words), st.text(alphabet="<>|/_abcdxyz ", max_size=6))
+    text = "".join(data.draw(st.lists(st.sampled_from(words) | pieces, max_size=8)))
+    for at in range(len(text) + 1):
+        want, got = flat.search(text, at), factored.search(text, at)
+        assert (got and (got.span(), got.group())) == (want and (want.span(), want.group()))
+    assert [factored.fullmatch(word) is not None for word in words] == [True] * len(words)
+    assert len(_QWEN_ADDED) > 20 and "<|im_start|>" in _QWEN_ADDED
