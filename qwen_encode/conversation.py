@@ -323,8 +323,10 @@ def _plain_parts(message: Any) -> _PlainParts | None:
     exactly the same messages."""
     if type(message) is not dict:
         return None
-    get = message.get
-    role, content = get("role"), get("content", _ABSENT)
+    # Typed a dict when compiled (conversation.pxd): each get is a C call, with no bound
+    # method made per message.
+    fields = message
+    role, content = fields.get("role"), fields.get("content", _ABSENT)
     if type(role) is not str or role not in _ROLE_SET:
         return None
     others = len(message) - 1  # keys besides the role and the content
@@ -338,10 +340,10 @@ def _plain_parts(message: Any) -> _PlainParts | None:
         return role, content, None, (), None, None
     if others == 1 and role == "assistant":
         # An answer with its reasoning, the other common shape: that key alone besides.
-        reasoning = get("reasoning_content")
+        reasoning = fields.get("reasoning_content")
         if type(reasoning) is str:
             return role, content, reasoning, (), None, None
-    return _plain_rest(get, role, content)
+    return _plain_rest(fields.get, role, content)
 
 
 def _plain_rest(get: Callable[[str], Any], role: str, content: str | None) -> _PlainParts | None:
