@@ -1,6 +1,6 @@
 # Cython's types for conversation.py, compiled at install time (setup.py): the check of a plain
-# call name as a C loop over its characters, a plain message's fields read as a dict's. Only what is named here changes; uncompiled,
-# conversation.py runs as it reads.
+# call name as a C loop over its characters, a plain message's fields read as a dict's. Only what
+# is named here changes; uncompiled, conversation.py runs as it reads.
 import cython
 
 cdef bint _NAMES_IN_ONE_PASS

@@ -64,12 +64,6 @@ _CHAT_OPTIONS = frozenset(
 )
 
 
-# The internals live in rooms of their own, inherited in this order: _Layout (encoder_layout) lays
-# prompts out as a batch of items, _Runs (encoder_runs) encodes and caches the run texts,
-# _Assembly (encoder_assembly) builds the arrays, _Whole (encoder_whole) encodes whole prompts in
-# one engine call where that gives the same IDs. This class is the public face and the state.
-
-
 def _alternation(words: Iterable[str]) -> str:
     """A pattern matching any of ``words`` (none empty), factored by their shared prefixes, the
     longer first where one word begins another ("<tts_text_bos_single>", not its prefix
@@ -96,6 +90,10 @@ def _alternation(words: Iterable[str]) -> str:
     return branches(trie)
 
 
+# The internals live in rooms of their own, inherited in this order: _Layout (encoder_layout) lays
+# prompts out as a batch of items, _Runs (encoder_runs) encodes and caches the run texts,
+# _Assembly (encoder_assembly) builds the arrays, _Whole (encoder_whole) encodes whole prompts in
+# one engine call where that gives the same IDs. This class is the public face and the state.
 class Encoder(_Whole):
     """Encodes ``Prompt`` values with one checkpoint's vocabulary.
 

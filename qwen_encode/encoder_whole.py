@@ -112,7 +112,8 @@ class _Rows:
         self.crossing: list[_Crossing] = []
         self.runs = 0
         self.seen: str | None = None  # a long request's first text run, to keep (_first_time)
-        # The lists each prompt's columns are added to (``_columns``), in place.
+        # The lists each prompt's columns are added to (``_columns``), in place: one tuple for
+        # the batch, not one per prompt.
         self.out: _Out = (self.expected, self.marker_runs, self.turn, self.trained)
 
     def drop(self, markers: int, owners: int) -> None:

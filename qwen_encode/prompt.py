@@ -241,9 +241,11 @@ class Prompt:
                 _seg_of(s) or _bad_seg(position, s) for position, s in enumerate(self._segments)
             ]
             object.__setattr__(self, "_segs", segs)
-        elif segs and segs[0] is _LATER:
-            segs = _later_segs(segs)
-            object.__setattr__(self, "_segs", segs)
+        else:
+            made = _made(segs)
+            if made is not segs:
+                object.__setattr__(self, "_segs", made)
+            segs = made
         return segs
 
     def _layout(self) -> Sequence[_Run]:
@@ -312,8 +314,9 @@ _BEFORE = (">\n", "\n</parameter>\n", ">\n\n</parameter>\n")
 def _turn_segs(
     segs: list[_Seg], runs: Sequence[_Run], start: int, end: int, pieces: tuple[Any, ...]
 ) -> None:
-    """The segments of the turns' runs ``runs[start:end]``, as the general path writes them
-    (``protocol_plain``; the differential tests in test_protocol_rows compare the two)."""
+    """The segments of the turns' runs ``runs[start:end]``, laid out as ``protocol_rows`` writes
+    them, made as the general path writes them (``protocol_plain``; the differential tests in
+    test_protocol_rows compare the two)."""
     after = ""  # the marker before the run
     at = 0  # the next call's pieces
     call = 0  # the next call's index in its message
