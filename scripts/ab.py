@@ -4,6 +4,11 @@ another name), on the same rows, alternating, medians of paired ratios. Outputs 
 (segments, input_ids, masks) before anything is timed.
 
     python scripts/ab.py --base b7c266e [--rows 5000] [--runs 9] [--set short|agent|corpus|chat]
+        [--compiled]
+
+``--compiled``: the base installed and compiled by pip under its other name (``install_base``),
+to compare compiled code with compiled code; without it, the base runs as Python (compare it
+with ``QWEN_ENCODE_PURE=1``).
 
 ``short``: scripts/short_rows.py rows; ``agent``: the same with one shared system prompt and tools
 block; ``corpus``: bench.py's long conversations (``--rows`` of them); ``chat``: a chat session
@@ -18,6 +23,7 @@ import argparse
 import gc
 import importlib
 import io
+import re
 import statistics
 import subprocess
 import sys
@@ -50,9 +56,45 @@ def full_hash(commit: str) -> str:
     ).stdout.strip()
 
 
-def import_base(commit: str) -> Any:
-    """``qwen_encode`` at ``commit``, importable as ``qwen_encode_<commit>``."""
+def install_base(commit: str, name: str = "qwen_encode") -> Path:
+    """The folder holding ``qwen_encode`` at ``commit``, installed and compiled by pip as the
+    README installs it, under the package name ``name``.
+
+    Another name is written into the sources first (every ``qwen_encode`` word of the package,
+    setup.py and pyproject.toml), so that Cython compiles the modules under it: a compiled
+    module resolves its relative imports by the name it was compiled as, and a compiled copy
+    merely renamed would import this checkout's modules."""
+    full = full_hash(commit)
+    folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-processes-{full}-{name}"
+    if (folder / name / "_compiled.txt").is_file():
+        return folder
+    with tempfile.TemporaryDirectory() as source:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", full], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
+        if name != "qwen_encode":
+            package = Path(source) / "qwen_encode"
+            top = [Path(source) / "setup.py", Path(source) / "pyproject.toml"]
+            for path in [*package.rglob("*.py"), *package.rglob("*.pxd"), *top]:
+                text = path.read_text(encoding="utf-8")
+                path.write_text(re.sub(r"\bqwen_encode\b", name, text), encoding="utf-8")
+            package.rename(package.with_name(name))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", folder, source],
+            check=True,
+        )
+    return folder
+
+
+def import_base(commit: str, compiled: bool = False) -> Any:
+    """``qwen_encode`` at ``commit``, importable as ``qwen_encode_<commit>``: its sources (run as
+    Python), or installed and compiled under that name (``install_base``)."""
     commit = full_hash(commit)
+    if compiled:
+        name = f"qwen_encode_{commit[:12]}"
+        sys.path.insert(0, str(install_base(commit, name)))
+        return importlib.import_module(name)
     name = f"qwen_encode_{commit}"
     folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-{commit}"
     if not (folder / name).is_dir():
@@ -115,8 +157,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--engine", default="fastokens")
     parser.add_argument("--set", default="short", choices=["short", "agent", "corpus", "chat"])
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="the base installed and compiled by pip under another name (this checkout runs as "
+        "it is installed); without it, the base's sources run as Python",
+    )
     args = parser.parse_args()
-    old = import_base(args.base)
+    old = import_base(args.base, compiled=args.compiled)
     old_enc = old.Encoder.from_pretrained(args.model, engine=args.engine)
     new_enc = new.Encoder.from_pretrained(args.model, engine=args.engine)
     # One fastokens instance for both: two used in turn slow each other 1.7-1.8x (measured; the
@@ -156,6 +204,9 @@ def main() -> None:
         f"A/B {args.set}, {args.rows} rows, engine {new_enc.engine}: base {args.base} vs this "
         f"checkout, {args.runs} paired runs, load {Path('/proc/loadavg').read_text().split()[0]}"
     )
+    for side, package in (("base", old), ("this checkout", new)):
+        accelerator = getattr(package, "_accelerator", None)
+        print(f"  {side}: {accelerator.summary() if accelerator else 'pure Python'}")
     for name in tasks["old"]:
         a, b = times["old"][name], times["new"][name]
         ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))

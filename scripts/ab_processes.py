@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ab import full_hash
+from ab import install_base
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,24 +58,6 @@ for _ in range({runs}):
         times[name].append((time.perf_counter() - start) / len(rows) * 1e6)
 print(json.dumps({{name: statistics.median(t[1:]) for name, t in times.items()}}))
 """
-
-
-def install_base(commit: str) -> Path:
-    """The folder holding ``qwen_encode`` at ``commit``, installed and compiled by pip."""
-    full = full_hash(commit)
-    folder = Path(tempfile.gettempdir()) / f"qwen-encode-ab-processes-{full}"
-    if (folder / "qwen_encode" / "_compiled.txt").is_file():
-        return folder
-    with tempfile.TemporaryDirectory() as source:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", full], capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", folder, source],
-            check=True,
-        )
-    return folder
 
 
 def _run(package: Path, path: Path | None, args: argparse.Namespace) -> dict[str, float]:
