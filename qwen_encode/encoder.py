@@ -407,9 +407,6 @@ class Encoder(_Whole):
             encodings = self._encode_runs(prompts, errors, check_text=check_text)
         else:
             encodings = self._encode_mixed(prompts, errors)
-        for prompt, encoding in zip(prompts, encodings, strict=True):
-            if isinstance(encoding, Encoding):  # provenance from these, on first use
-                _attach_source(encoding, prompt._segments, prompt._segs, self)
         return encodings
 
     def _encode_mixed(self, prompts: list[Any], errors: str) -> list[Encoding | PromptError]:
@@ -480,6 +477,9 @@ class Encoder(_Whole):
         encodings: list[Encoding | PromptError] = list(self._assemble(batch, runs))
         for position, error in refused.items():
             encodings[position] = error
+        for prompt, encoding in zip(prompts, encodings, strict=True):
+            if isinstance(encoding, Encoding):  # provenance from these, on first use
+                _attach_source(encoding, prompt._segments, prompt._segs, self)
         return encodings
 
     def cache_info(self) -> dict[str, int]:

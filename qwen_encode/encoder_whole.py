@@ -34,7 +34,7 @@ from .encoder_assembly import _Assembly
 from .encoder_layout import _keepable
 from .encoder_owners import _owners
 from .encoder_pieces import _cut_length
-from .encoding import Encoding
+from .encoding import Encoding, _encoded
 from .markers import TURN_OPEN
 from .prompt import _RUN_BAD, _RUN_MARKER, _RUN_TEXT, Prompt
 
@@ -83,6 +83,7 @@ class _Rows:
         "positions",
         "runs",
         "seen",
+        "sources",
         "texts",
         "trained",
         "turn",
@@ -91,6 +92,7 @@ class _Rows:
     def __init__(self) -> None:
         self.positions: list[int] = []  # each row's prompt position in the batch
         self.texts: list[str] = []  # each row's text after its kept head (the engine's input)
+        self.sources: list[tuple[Any, Any]] = []  # each row's provenance source (_encoded)
         # Per row: None (no head left out), the head's IDs, or the key of a head whose IDs the
         # row that first met it in this batch yields (it is encoded whole: see new_heads).
         self.heads: list[Any] = []
@@ -266,15 +268,16 @@ class _Whole(_Assembly):
                 counts = counts.tolist()  # summed in Python: numpy's scalars cost 50x an int's
             if rows.crossing and not self._split_one(rows, ids, counts, turn, trained):
                 return {}, rows.positions
-            return {rows.positions[0]: Encoding(ids, trained, turn)}, []
+            return {rows.positions[0]: _encoded(ids, trained, turn, rows.sources[0], self)}, []
         bad = self._split_crossing(rows, ids, counts, turn, trained) if rows.crossing else set()
         done: dict[int, Encoding] = {}
         failed: list[int] = []
+        sources = rows.sources
         for row, (position, a, b) in enumerate(zip(rows.positions, edges, edges[1:], strict=False)):
             if row in bad:
                 failed.append(position)
             else:
-                done[position] = Encoding(ids[a:b], trained[a:b], turn[a:b])
+                done[position] = _encoded(ids[a:b], trained[a:b], turn[a:b], sources[row], self)
         return done, failed
 
     def _keep_first_run(self, rows: _Rows, ids: np.ndarray, where: np.ndarray) -> None:
@@ -363,6 +366,7 @@ class _Whole(_Assembly):
             rows.head_runs.append(rows.runs)
         rows.positions.append(position)
         rows.texts.append(text)
+        rows.sources.append((prompt._segments, prompt._segs))
         rows.heads.append(head)
         rows.firsts.append(markers)
         rows.runs = base + len(rest)

@@ -5,14 +5,21 @@ per-token provenance, sampled mask and log-probabilities computed on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import MemberDescriptorType
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from ._accelerator import runs_compiled
 from .prompt import _made, _segment_of
 from .provenance import SAMPLED, UNRECORDED, token_provenance
 
 __all__ = ["Encoding"]
+
+# Compiled: a C helper declared in _capi.pxd (a cimport, resolved at build time).
+_COMPILED: Final = runs_compiled("encoding")
+if _COMPILED:
+    from cython.cimports.qwen_encode._capi import qe_set_slot
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -155,6 +162,45 @@ _SET_SAMPLED = Encoding.__dict__["_sampled_mask"].__set__
 _SET_LOGPROBS = Encoding.__dict__["_logprobs"].__set__
 _SET_SOURCE = Encoding.__dict__["_source"].__set__
 _SET_ENCODER = Encoding.__dict__["_encoder"].__set__
+
+
+_FIELDS = {name: Encoding.__dict__[name] for name in Encoding.__slots__}
+if not all(type(field) is MemberDescriptorType for field in _FIELDS.values()):
+    raise ImportError("Encoding's fields must be __slots__ members")  # what qe_set_slot sets
+_IDS, _MASK, _TURN = _FIELDS["input_ids"], _FIELDS["assistant_mask"], _FIELDS["turn_index"]
+_SOURCE, _ENCODER = _FIELDS["_source"], _FIELDS["_encoder"]
+_PROVENANCE, _SAMPLED = _FIELDS["_provenance"], _FIELDS["_sampled_mask"]
+_LOGPROBS = _FIELDS["_logprobs"]
+_NEW = object.__new__
+
+
+def _encoded(
+    input_ids: np.ndarray,
+    assistant_mask: np.ndarray,
+    turn_index: np.ndarray,
+    source: tuple[Any, Any],
+    encoder: Any,
+) -> Encoding:
+    """``Encoding(input_ids, assistant_mask, turn_index)`` with its source attached
+    (``_attach_source``): how the encoder makes one per row. Compiled, the fields are set
+    directly (``qe_set_slot``): through ``__init__`` and the descriptors' bound ``__set__``, an
+    encoding cost 0.45 µs, a tenth of assembling a short row."""
+    if not _COMPILED:
+        encoding: Encoding = _NEW(Encoding)
+        Encoding.__init__(encoding, input_ids, assistant_mask, turn_index)
+        _SET_SOURCE(encoding, source)
+        _SET_ENCODER(encoding, encoder)
+        return encoding
+    encoding = _NEW(Encoding)
+    qe_set_slot(_IDS, encoding, input_ids)
+    qe_set_slot(_MASK, encoding, assistant_mask)
+    qe_set_slot(_TURN, encoding, turn_index)
+    qe_set_slot(_PROVENANCE, encoding, None)
+    qe_set_slot(_SAMPLED, encoding, None)
+    qe_set_slot(_LOGPROBS, encoding, None)
+    qe_set_slot(_SOURCE, encoding, source)
+    qe_set_slot(_ENCODER, encoding, encoder)
+    return encoding
 
 
 def _attach_source(encoding: Encoding, segments: Any, segs: Any, encoder: Any) -> None:

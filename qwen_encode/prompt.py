@@ -8,13 +8,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass
-from typing import Any, TypeAlias
+from types import MemberDescriptorType
+from typing import Any, Final, TypeAlias
 
 from . import markers as mk
+from ._accelerator import runs_compiled
 from .conversation import surrogate_problem
 from .errors import PromptError, shown
 
 __all__ = ["Prompt", "Segment", "Special", "Text"]
+
+# Compiled: a C helper declared in _capi.pxd (a cimport, resolved at build time).
+_COMPILED: Final = runs_compiled("prompt")
+if _COMPILED:
+    from cython.cimports.qwen_encode._capi import qe_set_slot
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,6 +217,15 @@ class Prompt:
         """``head``: the leading runs, when they are a rendered system turn that other prompts
         share (the encoder keeps their IDs as one block, keyed by these runs)."""
         prompt = cls.__new__(cls)
+        if _COMPILED:
+            # Its fields set directly (a row's five generic setattrs were a tenth of its
+            # rendering, format_prompt's last step).
+            qe_set_slot(_SEGMENTS, prompt, None)
+            qe_set_slot(_SEGS, prompt, segs)
+            qe_set_slot(_RUNS, prompt, runs)
+            qe_set_slot(_TEXT, prompt, None)
+            qe_set_slot(_HEAD, prompt, head)
+            return prompt
         object.__setattr__(prompt, "_segments", None)
         object.__setattr__(prompt, "_segs", segs)
         object.__setattr__(prompt, "_runs", runs)
@@ -468,5 +484,15 @@ class _Builder:
     def prompt(self) -> Prompt:
         return Prompt._compact(self.segs)
 
+
+# The fields ``Prompt._compact`` sets directly when compiled (what ``qe_set_slot`` takes: a
+# __slots__ member of the class).
+_SEGMENTS, _SEGS, _RUNS, _TEXT, _HEAD = (
+    Prompt.__dict__[name] for name in ("_segments", "_segs", "_runs", "_text", "_head")
+)
+if not all(
+    type(field) is MemberDescriptorType for field in (_SEGMENTS, _SEGS, _RUNS, _TEXT, _HEAD)
+):
+    raise ImportError("Prompt's fields must be __slots__ members")
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")

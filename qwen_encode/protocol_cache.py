@@ -71,14 +71,21 @@ class _RenderCache(Generic[_Entry]):
         self.misses = 0
 
     def get(self, key: tuple[Any, ...]) -> _Entry | None:
-        with self._lock:
-            fragment = self._entries.get(key)
+        # acquire and release, not ``with``: compiled, a ``with`` looks up and calls the lock's
+        # __enter__ and __exit__, most of a hit's cost (three hits a row).
+        lock = self._lock
+        lock.acquire()
+        try:
+            entries = self._entries
+            fragment = entries.get(key)
             if fragment is None:
                 self.misses += 1
             else:
                 self.hits += 1
-                self._entries.move_to_end(key)
-            return fragment
+                entries.move_to_end(key)
+        finally:
+            lock.release()
+        return fragment
 
     def put(self, key: tuple[Any, ...], fragment: _Entry) -> None:
         cost = fragment.size + _key_size(key)
