@@ -63,6 +63,10 @@ _HEAD_CHARS = 4
 # The batch's arrays in one pass over its IDs when encoder_owners is compiled (setup.py); in
 # Python that is a loop over tokens, and the numpy passes are faster.
 _ONE_PASS = runs_compiled("encoder_owners")
+# Compiled: CPython's C API, declared in _capi.pxd (a cimport, resolved at build time).
+_COMPILED = runs_compiled("encoder_whole")
+if _COMPILED:
+    from cython.cimports.qwen_encode._capi import PyObject_GC_UnTrack
 
 
 class _Rows:
@@ -117,6 +121,25 @@ class _Rows:
         # The lists each prompt's columns are added to (``_columns``), in place: one tuple for
         # the batch, not one per prompt.
         self.out: _Out = (self.expected, self.marker_runs, self.turn, self.trained)
+        if _COMPILED:
+            # Left out of the garbage collector's passes: they grow to thousands of items a
+            # chunk, and every young collection while they were young walked each item (most
+            # of the collector's time in a batch). Only this object refers to them, and none
+            # of their items (ints, strings, tuples of the prompts' own) can lead back to them,
+            # so they are in no cycle for the collector to find.
+            for column in (
+                self.positions,
+                self.texts,
+                self.sources,
+                self.head_runs,
+                self.firsts,
+                self.expected,
+                self.marker_runs,
+                self.turn,
+                self.trained,
+                self.crossing,
+            ):
+                PyObject_GC_UnTrack(column)
 
     def drop(self, markers: int, owners: int) -> None:
         """Forget the markers and run owners added past these counts (a prompt not taken)."""
