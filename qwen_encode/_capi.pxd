@@ -20,3 +20,31 @@ cdef extern from *:
     # ``descr`` must be a member descriptor of ``type(obj)`` (a __slots__ entry): checked by
     # the caller once, at import.
     int qe_set_slot(object descr, object obj, object value) except -1
+
+
+cdef extern from *:
+    """
+    /* Whether a str holds a lone surrogate (U+D800..U+DFFF), which no UTF-8 encoder takes. A
+       one-byte string cannot; a wider one is scanned without an early exit per character, a
+       loop the compiler vectorises (Cython's loop over a str's characters reads each through
+       a switch on the string's kind). */
+    static int qe_has_surrogate(PyObject *text) {
+        Py_ssize_t n, i;
+        unsigned found = 0;
+        if (PyUnicode_READY(text) < 0) {  /* a legacy str (before 3.12) that cannot be read */
+            PyErr_Clear();
+            return 1;  /* as if bad: the general path reads it, and names what is wrong */
+        }
+        n = PyUnicode_GET_LENGTH(text);
+        if (PyUnicode_KIND(text) == PyUnicode_2BYTE_KIND) {
+            const Py_UCS2 *d = PyUnicode_2BYTE_DATA(text);
+            for (i = 0; i < n; i++) found |= (d[i] & 0xF800) == 0xD800;
+        } else if (PyUnicode_KIND(text) == PyUnicode_4BYTE_KIND) {
+            const Py_UCS4 *d = PyUnicode_4BYTE_DATA(text);
+            for (i = 0; i < n; i++) found |= (d[i] & 0xFFFFF800u) == 0xD800;
+        }
+        return found != 0;
+    }
+    """
+    # ``text``: a str, or an instance of a subclass of str (checked by the caller).
+    bint qe_has_surrogate(object text)

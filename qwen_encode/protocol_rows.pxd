@@ -43,8 +43,7 @@ cpdef bint _assistant(
 ) except -1
 @cython.locals(j=Py_ssize_t, name=str, texts=list, arguments=dict)
 cpdef bint _calls(list runs, list pieces, object calls, Py_ssize_t i, _Shared s) except -1
-@cython.locals(ch=Py_UCS4)
-cpdef bint _bad(str text) except -1
+cpdef bint _bad(object text) except -1
 @cython.locals(rows=list, index=Py_ssize_t)
 cpdef object _read(list messages, bint add_generation_prompt)
 @cython.locals(index=Py_ssize_t, role=str, text=str)

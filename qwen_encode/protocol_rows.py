@@ -36,7 +36,11 @@ from .protocol_texts import _REASONING_INSTRUCTIONS, ReasoningEffort, _tojson
 # installed, imported for nothing: 2.4 ms); the collector untracks the tuples at its first pass.
 _COMPILED: Final = runs_compiled("protocol_rows")
 if _COMPILED:
-    from cython.cimports.qwen_encode._capi import PyObject_GC_IsTracked, PyObject_GC_UnTrack
+    from cython.cimports.qwen_encode._capi import (
+        PyObject_GC_IsTracked,
+        PyObject_GC_UnTrack,
+        qe_has_surrogate,
+    )
 
 
 def _kept(item: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -252,13 +256,9 @@ def _bad(text: str) -> bool:
     """Whether non-ASCII ``text`` holds a lone surrogate (``surrogate_problem``, which the
     general path raises with; callers test ``isascii()`` first, in C)."""
     if _COMPILED:
-        # A C loop over the code points (protocol_rows.pxd types ``ch``): no UTF-8 copy made
-        # and thrown away for every non-ASCII text of a multilingual set (not any() over a
-        # generator, which Cython would not make a C loop).
-        for ch in text:  # noqa: SIM110
-            if 0xD800 <= ord(ch) <= 0xDFFF:
-                return True
-        return False
+        # A C loop over the code points (_capi.qe_has_surrogate): no UTF-8 copy made and
+        # thrown away for every non-ASCII text of a multilingual set.
+        return qe_has_surrogate(text)
     try:  # as Python, encoding is the fastest scan (3x the regex's)
         text.encode()
     except UnicodeEncodeError:

@@ -349,3 +349,31 @@ def test_fused_renderer_finds_a_lone_surrogate_in_text_of_every_width() -> None:
             for at in (0, len(base) // 2, len(base)):
                 assert _bad(base[:at] + lone + base[at:]), (base, lone, at)
     assert not _bad("\ud7ff\ue000\U0010ffff\u00ff")  # the code points around the surrogates
+    # Long enough for the compiled loop's vector blocks, a surrogate in each lane's position.
+    for base in ("\u4f60" * 67, "\U0001f600" * 67):
+        assert not _bad(base)
+        for at in range(0, 67, 5):
+            assert _bad(base[:at] + "\udc01" + base[at:]), (len(base), at)
+
+
+def test_fused_renderer_takes_a_call_argument_of_a_str_subclass_with_wide_text() -> None:
+    """A call argument given as an instance of a str subclass renders as the same str would
+    (json loaders and pydantic models hand such values over): compiled, the check for lone
+    surrogates once refused it with a TypeError, when its text was not ASCII."""
+
+    class Note(str):
+        pass
+
+    def messages(value: str) -> list[dict[str, Any]]:
+        call = {"type": "function", "function": {"name": "f", "arguments": {"q": value}}}
+        return [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+
+    for text in ("caf\u00e9", "\u65e5\u672c", "\U0001f600"):
+        given = qe.format_prompt(messages(Note(text)), add_generation_prompt=False)
+        assert given.text == qe.format_prompt(messages(text), add_generation_prompt=False).text
+        assert given.segments == _fused_and_general_segments(messages(Note(text)))
+    with pytest.raises(qe.PromptError):
+        qe.format_prompt(messages(Note("\u65e5\ud800")), add_generation_prompt=False)
