@@ -258,7 +258,7 @@ def _bad(text: str) -> bool:
     if _COMPILED:
         # A C loop over the code points (_capi.qe_has_surrogate): no UTF-8 copy made and
         # thrown away for every non-ASCII text of a multilingual set.
-        return qe_has_surrogate(text)
+        return bool(qe_has_surrogate(text))
     try:  # as Python, encoding is the fastest scan (3x the regex's)
         text.encode()
     except UnicodeEncodeError:
