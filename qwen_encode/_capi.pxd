@@ -31,10 +31,12 @@ cdef extern from *:
     static int qe_has_surrogate(PyObject *text) {
         Py_ssize_t n, i;
         unsigned found = 0;
+    #if PY_VERSION_HEX < 0x030C0000
         if (PyUnicode_READY(text) < 0) {  /* a legacy str (before 3.12) that cannot be read */
             PyErr_Clear();
             return 1;  /* as if bad: the general path reads it, and names what is wrong */
         }
+    #endif
         n = PyUnicode_GET_LENGTH(text);
         if (PyUnicode_KIND(text) == PyUnicode_2BYTE_KIND) {
             const Py_UCS2 *d = PyUnicode_2BYTE_DATA(text);

@@ -255,9 +255,12 @@ class _Whole(_Assembly):
         """``_whole_arrays`` with the per-token work in one compiled pass (``_owners``)."""
         heads = rows.heads
         first_met = rows.new_heads or rows.seen is not None  # a system turn or a long request
-        if first_met and len(rows.texts) == 1:
-            return self._one_owned(rows, ids, bounds, floor)
-        if first_met:
+        # A batch finds its added tokens first (_markers_match, _whole_heads): a head it keeps
+        # may be another row's. A request's only row keeps nothing another needs, so what it
+        # keeps is read after the one pass, from its runs' token counts (_keep_counted):
+        # those numpy passes over its IDs were a tenth of encoding a long conversation.
+        counted = first_met and len(rows.texts) == 1
+        if first_met and not counted:
             where = self._added_at(ids)
             if not _markers_match(rows, ids, bounds, where):
                 return {}, rows.positions
@@ -276,38 +279,21 @@ class _Whole(_Assembly):
         if owned is None:
             return {}, rows.positions
         ids, edges, turn, trained, counts = owned
+        if counted:
+            self._keep_counted(rows, ids, counts)
         return self._by_row(rows, ids, edges.tolist(), counts, turn, trained)
 
-    def _one_owned(
-        self, rows: _Rows, ids: np.ndarray, bounds: np.ndarray, floor: int
-    ) -> tuple[dict[int, Encoding], list[int]]:
-        """``_whole_owned`` of one prompt (a request) met first: its arrays made (and its
-        markers checked) first, then what it keeps read from its runs' token counts. A batch
-        must find its added tokens apart first (``_markers_match``, ``_whole_heads``), since
-        a head it keeps may be another row's; a request's only row has none such, and those
-        numpy passes over its IDs were a tenth of encoding a long conversation."""
-        columns = ([*rows.firsts, len(rows.expected)], rows.expected, rows.marker_runs)
-        owned = _owners(
-            np.ascontiguousarray(ids, dtype=np.int32),
-            bounds.tolist(),
-            floor,
-            (*columns, rows.turn, rows.trained),
-            rows.heads,
-            rows.head_runs,
-            rows.runs,
-        )
-        if owned is None:
-            return {}, rows.positions
-        ids, edges, turn, trained, counts = owned
+    def _keep_counted(self, rows: _Rows, ids: np.ndarray, counts: np.ndarray) -> None:
+        """What a request met first keeps (its system turn, its first text run), from its
+        arrays (markers checked, its kept head put back) and each run's token count."""
         ends = list(accumulate(counts.tolist(), initial=0))  # where each run starts, then ends
-        for key in rows.new_heads:  # this row encoded its system turn: its first runs' tokens
+        for key in rows.new_heads:  # it encoded its system turn: its first runs' tokens
             with self._lock:
                 self._remember_head(key, np.array(ids[: ends[len(key)]]))
         if rows.seen is not None and self._cache_limit:
             first = rows.marker_runs[0] + 1  # the first text run follows the first marker
             with self._lock:
                 self._remember(rows.seen, np.array(ids[ends[first] : ends[first + 1]]))
-        return self._by_row(rows, ids, edges.tolist(), counts, turn, trained)
 
     def _by_row(
         self,
