@@ -427,7 +427,8 @@ class Encoder(_Whole):
                 if pending is None and not more:  # one chunk, or the last after none: no thread
                     self._place_whole(encodings, prompts, errors, rows, None)
                     continue
-                previous, pending = pending, (rows, _workers().submit(self._whole_engine, rows))
+                work = _workers().submit(self._whole_engine, rows, more)
+                previous, pending = pending, (rows, work)
                 # The worker needs the GIL to make its engine call; handed over now, the call
                 # starts at once instead of after the switch interval (5 ms: a chunk's worth).
                 time.sleep(0)

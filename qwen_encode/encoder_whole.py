@@ -54,6 +54,14 @@ _THREAD_PIECE = 4096
 # before assembled (the engine releases the GIL): encode_batch 9-13% faster on 3,000 short rows
 # and on the benchmark corpus (chunks of 128K-256K characters gained 4-15%, noisier).
 _CHUNK_CHARS = 1 << 19
+# A chunk overlapped by the caller's work goes to fastokens as one text, on one thread, when
+# its texts average at most this many characters (``Engine.joins_chunks``): there the caller's
+# work per row (laying out, assembling) is about the engine's, and the engine spread over every
+# core took the caller's. Past it the engine is the longer task and wants every core. Measured
+# end to end on 2 cores, joined against spread, by characters a row (its kept system turn's
+# included): 1,440: 1.13x; 2,076: 1.03x; 2,726: 0.98x; 4,005: 0.99x; the benchmark corpus
+# (~14,000): 0.82x.
+_JOIN_CHARS = 2048
 # A kept system turn's token counts as the ~4 characters of text it stands for: a chunk bounds
 # the arrays it fills as well as the engine's text. Counted by text alone, a chunk of an agent
 # set with a 10,000-token shared block made ~40 MB arrays, fresh memory the kernel zeroes on
@@ -217,18 +225,47 @@ class _Whole(_Assembly):
                 rows, others, chars = _Rows(), [], 0
         yield rows, others, False
 
-    def _whole_engine(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
-        """The IDs of the rows' texts (``encode_flat``)."""
-        self._count_work(sum(map(len, rows.texts)))
-        texts, firsts = _for_threads(rows.texts)
-        ids, bounds = self._engine.encode_flat(texts)
-        if firsts is not None:
-            bounds = bounds[firsts]
+    def _whole_engine(self, rows: _Rows, overlapped: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The IDs of the rows' texts (``encode_flat``). ``overlapped``: the caller lays out
+        the next chunk meanwhile (see ``Engine.joins_chunks``)."""
+        chars = sum(map(len, rows.texts))
+        self._count_work(chars)
+        joined = None
+        if (
+            overlapped
+            and self._engine.joins_chunks
+            and len(rows.texts) > 1
+            and chars <= _JOIN_CHARS * len(rows.texts)
+        ):
+            joined = self._joined_engine(rows)
+        if joined is not None:
+            ids, bounds = joined
+        else:
+            texts, firsts = _for_threads(rows.texts)
+            ids, bounds = self._engine.encode_flat(texts)
+            if firsts is not None:
+                bounds = bounds[firsts]
         if not ids.flags.writeable and self._one_pass_floor() is None:
             # fastokens' IDs are a view of its bytes: the arrays handed out are the caller's to
             # change in place (a collator masking IDs), as the run-by-run path's always were.
             # The one pass copies them into arrays of its own (with the kept heads) anyway.
             ids = ids.copy()
+        return ids, bounds
+
+    def _joined_engine(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray] | None:
+        """The IDs of the rows' texts encoded as one text, and each row's bounds: where its
+        first marker is. The IDs are the texts' own, in order, for the reason a long text may
+        be cut before a marker (``_for_threads``): each text starts on a marker, and the engine
+        encodes each piece between two added tokens on its own. None when the added tokens
+        found are not as many as the markers (a guard, never seen: then each text on its own,
+        and the markers' check sends the row at fault run by run)."""
+        ids, _ = self._engine.encode_flat(["".join(rows.texts)])
+        where = self._added_at(ids)
+        if len(where) != len(rows.expected):
+            return None
+        bounds = np.empty(len(rows.texts) + 1, dtype=np.int64)
+        bounds[:-1] = where[rows.firsts]
+        bounds[-1] = len(ids)
         return ids, bounds
 
     def _one_pass_floor(self) -> int | None:

@@ -108,19 +108,31 @@ def test_a_large_batch_goes_in_chunks_encoded_on_a_worker_thread(pair, monkeypat
     threads: list[str] = []
     original = whole._whole_engine
 
-    def spy(rows):  # type: ignore[no-untyped-def]
+    def spy(rows, *rest):  # type: ignore[no-untyped-def]
         threads.append(threading.current_thread().name)
-        return original(rows)
+        return original(rows, *rest)
 
     monkeypatch.setattr(whole, "_whole_engine", spy)
+    joined: list[bool] = []
+    original_joined = whole._joined_engine
+
+    def spy_joined(rows):  # type: ignore[no-untyped-def]
+        found = original_joined(rows)
+        joined.append(found is not None)
+        return found
+
+    monkeypatch.setattr(whole, "_joined_engine", spy_joined)
     want = runs.encode_batch(PROMPTS, errors="return")
     whole.clear_cache()
     for round_ in ("cold", "kept heads"):
         threads.clear()
+        joined.clear()
         got = whole.encode_batch(PROMPTS, errors="return")
         for n, (g, w) in enumerate(zip(got, want, strict=True)):
             _same(g, w, (round_, n))
         assert len(threads) > 20 and all(t.startswith("qwen-encode") for t in threads)
+        # fastokens takes every chunk but the last (and those of one text) as one text.
+        assert (len(joined) > 15 and all(joined)) if whole._engine.joins_chunks else not joined
     assert whole.cache_info()["head_hits"] >= 1
     refused = [n for n, w in enumerate(want) if not isinstance(w, qe.Encoding)]
     if refused:  # reject mode: the first refusal raises, from whichever chunk holds it
@@ -174,6 +186,35 @@ def _chunked_ids(encoder: qe.Encoder, out: Any) -> None:
             if isinstance(e, qe.Encoding)
         ]
     )
+
+
+def test_a_chunk_whose_joined_text_spells_more_added_tokens_goes_text_by_text(
+    pair, monkeypatch
+) -> None:
+    """A chunk encoded as one text finds each row where its first marker is: if the added
+    tokens found were not as many as the markers (a guard), each text goes on its own."""
+    whole, runs = pair
+    if not whole._engine.joins_chunks:
+        pytest.skip(f"{whole.engine} encodes every chunk text by text")
+    monkeypatch.setattr(encoder_whole, "_CHUNK_CHARS", 3000)
+    original = whole._added_at
+
+    def one_more(ids):  # type: ignore[no-untyped-def]
+        where = original(ids)
+        return np.append(where, where[-1:])  # one added token more than the markers
+
+    monkeypatch.setattr(whole, "_added_at", one_more)
+    refused: list[bool] = []
+    original_joined = whole._joined_engine
+    monkeypatch.setattr(
+        whole, "_joined_engine", lambda rows: refused.append(original_joined(rows) is None)
+    )
+    whole.clear_cache()
+    got = whole.encode_batch(PROMPTS[:60], errors="return")
+    want = runs.encode_batch(PROMPTS[:60], errors="return")
+    for n, (g, w) in enumerate(zip(got, want, strict=True)):
+        _same(g, w, n)
+    assert refused and all(refused)  # every joined chunk refused, then encoded text by text
 
 
 def test_chunked_batches_from_threads_and_from_a_forked_child(pair, monkeypatch) -> None:
