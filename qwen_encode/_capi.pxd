@@ -50,3 +50,12 @@ cdef extern from *:
     """
     # ``text``: a str, or an instance of a subclass of str (checked by the caller).
     bint qe_has_surrogate(object text)
+
+
+# ``values[i]`` into the slot ``fields[i]`` of ``obj`` (``qe_set_slot``), for each field: how a
+# frozen value with slots is made in one call.
+cdef inline int qe_set_slots(object obj, tuple fields, tuple values) except -1:
+    cdef Py_ssize_t i
+    for i in range(len(fields)):
+        qe_set_slot(fields[i], obj, values[i])
+    return 0

@@ -19,7 +19,7 @@ __all__ = ["Encoding"]
 # Compiled: a C helper declared in _capi.pxd (a cimport, resolved at build time).
 _COMPILED: Final = runs_compiled("encoding")
 if _COMPILED:
-    from cython.cimports.qwen_encode._capi import qe_set_slot
+    from cython.cimports.qwen_encode._capi import qe_set_slots
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -164,13 +164,23 @@ _SET_SOURCE = Encoding.__dict__["_source"].__set__
 _SET_ENCODER = Encoding.__dict__["_encoder"].__set__
 
 
-_FIELDS = {name: Encoding.__dict__[name] for name in Encoding.__slots__}
-if not all(type(field) is MemberDescriptorType for field in _FIELDS.values()):
-    raise ImportError("Encoding's fields must be __slots__ members")  # what qe_set_slot sets
-_IDS, _MASK, _TURN = _FIELDS["input_ids"], _FIELDS["assistant_mask"], _FIELDS["turn_index"]
-_SOURCE, _ENCODER = _FIELDS["_source"], _FIELDS["_encoder"]
-_PROVENANCE, _SAMPLED = _FIELDS["_provenance"], _FIELDS["_sampled_mask"]
-_LOGPROBS = _FIELDS["_logprobs"]
+# The fields ``_encoded`` sets directly when compiled, in the order it gives their values (what
+# ``qe_set_slots`` takes: __slots__ members of the class).
+_FIELDS = tuple(
+    Encoding.__dict__[name]
+    for name in (
+        "input_ids",
+        "assistant_mask",
+        "turn_index",
+        "_provenance",
+        "_sampled_mask",
+        "_logprobs",
+        "_source",
+        "_encoder",
+    )
+)
+if not all(type(field) is MemberDescriptorType for field in _FIELDS):
+    raise ImportError("Encoding's fields must be __slots__ members")
 _NEW = object.__new__
 
 
@@ -183,7 +193,7 @@ def _encoded(
 ) -> Encoding:
     """``Encoding(input_ids, assistant_mask, turn_index)`` with its source attached
     (``_attach_source``): how the encoder makes one per row. Compiled, the fields are set
-    directly (``qe_set_slot``): through ``__init__`` and the descriptors' bound ``__set__``, an
+    directly (``qe_set_slots``): through ``__init__`` and the descriptors' bound ``__set__``, an
     encoding cost 0.45 µs, a tenth of assembling a short row."""
     if not _COMPILED:
         encoding: Encoding = _NEW(Encoding)
@@ -192,14 +202,8 @@ def _encoded(
         _SET_ENCODER(encoding, encoder)
         return encoding
     encoding = _NEW(Encoding)
-    qe_set_slot(_IDS, encoding, input_ids)
-    qe_set_slot(_MASK, encoding, assistant_mask)
-    qe_set_slot(_TURN, encoding, turn_index)
-    qe_set_slot(_PROVENANCE, encoding, None)
-    qe_set_slot(_SAMPLED, encoding, None)
-    qe_set_slot(_LOGPROBS, encoding, None)
-    qe_set_slot(_SOURCE, encoding, source)
-    qe_set_slot(_ENCODER, encoding, encoder)
+    values = (input_ids, assistant_mask, turn_index, None, None, None, source, encoder)
+    qe_set_slots(encoding, _FIELDS, values)
     return encoding
 
 

@@ -21,7 +21,7 @@ __all__ = ["Prompt", "Segment", "Special", "Text"]
 # Compiled: a C helper declared in _capi.pxd (a cimport, resolved at build time).
 _COMPILED: Final = runs_compiled("prompt")
 if _COMPILED:
-    from cython.cimports.qwen_encode._capi import qe_set_slot
+    from cython.cimports.qwen_encode._capi import qe_set_slots
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,11 +220,7 @@ class Prompt:
         if _COMPILED:
             # Its fields set directly (a row's five generic setattrs were a tenth of its
             # rendering, format_prompt's last step).
-            qe_set_slot(_SEGMENTS, prompt, None)
-            qe_set_slot(_SEGS, prompt, segs)
-            qe_set_slot(_RUNS, prompt, runs)
-            qe_set_slot(_TEXT, prompt, None)
-            qe_set_slot(_HEAD, prompt, head)
+            qe_set_slots(prompt, _FIELDS, (None, segs, runs, None, head))
             return prompt
         object.__setattr__(prompt, "_segments", None)
         object.__setattr__(prompt, "_segs", segs)
@@ -485,14 +481,10 @@ class _Builder:
         return Prompt._compact(self.segs)
 
 
-# The fields ``Prompt._compact`` sets directly when compiled (what ``qe_set_slot`` takes: a
-# __slots__ member of the class).
-_SEGMENTS, _SEGS, _RUNS, _TEXT, _HEAD = (
-    Prompt.__dict__[name] for name in ("_segments", "_segs", "_runs", "_text", "_head")
-)
-if not all(
-    type(field) is MemberDescriptorType for field in (_SEGMENTS, _SEGS, _RUNS, _TEXT, _HEAD)
-):
+# The fields ``Prompt._compact`` sets directly when compiled, in the order it gives their values
+# (what ``qe_set_slots`` takes: __slots__ members of the class).
+_FIELDS = tuple(Prompt.__dict__[name] for name in ("_segments", "_segs", "_runs", "_text", "_head"))
+if not all(type(field) is MemberDescriptorType for field in _FIELDS):
     raise ImportError("Prompt's fields must be __slots__ members")
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
