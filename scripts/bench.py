@@ -13,8 +13,10 @@ Prints tokens/s, medians of ``--runs`` alternating runs, and ratios against tran
    per conversation, batched (rendering included) and encode_batch on prompts rendered
    beforehand (run cache cleared before every run). Each fastokens encoder is timed in a group of
    its own with its engine limit (fastokens encode_batch_flat on the pre-rendered strings, one
-   call, on that encoder's own instance), and each row's share is of that limit. Then
-   encode_batch on 1 and on 2 threads (fresh processes).
+   call, on that encoder's own instance), and each row's share is of that limit, with the share
+   its CPU time allows at most (wall >= CPU / cores). Beside the limit, the engine alone with a
+   call per conversation, as a request hands it: the ceiling of qwen-encode per conversation.
+   Then encode_batch on 1 and on 2 threads (fresh processes).
 4. incremental chat: one conversation grown to 64 turns, input_ids after every turn; then one
    grown to ``--chat-turns`` turns (qwen-encode only: transformers is quadratic there), with the
    cost of one new user turn early and late, and their ratio
@@ -57,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import qwen_encode as qe  # noqa: E402
+from qwen_encode.encoder_whole import _for_threads  # noqa: E402
 
 # -- corpus ------------------------------------------------------------------------------------
 
@@ -258,15 +261,22 @@ def make_corpus(count: int, seed: int = 0) -> list[dict[str, Any]]:
 # -- timing ------------------------------------------------------------------------------------
 
 
-def _median_runs(tasks: dict[str, Callable[[], int]], runs: int) -> dict[str, tuple[float, int]]:
-    """Run every task ``runs`` times, alternating between tasks; median seconds and tokens."""
+def _median_runs(
+    tasks: dict[str, Callable[[], int]], runs: int, cpu: dict[str, float] | None = None
+) -> dict[str, tuple[float, int]]:
+    """Run every task ``runs`` times, alternating between tasks; median seconds and tokens, and
+    into ``cpu`` (when given) each task's median CPU seconds, every thread of the process."""
     times: dict[str, list[float]] = {name: [] for name in tasks}
+    cpus: dict[str, list[float]] = {name: [] for name in tasks}
     tokens: dict[str, int] = {}
     for _ in range(runs):
         for name, task in tasks.items():
-            start = time.perf_counter()
+            start, spent = time.perf_counter(), time.process_time()
             tokens[name] = task()
             times[name].append(time.perf_counter() - start)
+            cpus[name].append(time.process_time() - spent)
+    if cpu is not None:
+        cpu.update((name, statistics.median(cpus[name])) for name in tasks)
     return {name: (statistics.median(times[name]), tokens[name]) for name in tasks}
 
 
@@ -299,6 +309,7 @@ def _row(name: str, seconds: float, tokens: int, baseline: float | None) -> str:
 
 
 ENGINE_LIMIT = "3. engine limit: fastokens encode_batch_flat (pre-rendered)"
+ENGINE_PER_CONVERSATION = "3. engine alone, a call per conversation (pre-rendered)"
 
 
 def _throughput_tasks(
@@ -362,10 +373,17 @@ def _throughput_tasks(
         group = tasks
         if encoder.engine == "fastokens":  # a group of its own, its engine limit first
             flat = encoder._engine.tokenizer  # type: ignore[attr-defined]
+            # The ceiling of "per conversation": the engine alone, one call a conversation, in
+            # the pieces a request hands it (a long text cut before a turn's marker, a piece a
+            # core). Measured 0.73-0.81 of the limit on 2 cores, before any Python work.
+            requests = [_for_threads([text])[0] for text in rendered]
             group = {
                 f"{ENGINE_LIMIT} [{name}]": lambda flat=flat: (
                     len(flat.encode_batch_flat(rendered)[0]) // 4
-                )
+                ),
+                f"{ENGINE_PER_CONVERSATION} [{name}]": lambda flat=flat, requests=requests: sum(
+                    len(flat.encode_batch_flat(pieces)[0]) // 4 for pieces in requests
+                ),
             }
             groups.append(group)
 
@@ -563,22 +581,29 @@ def _throughput(
     groups = _throughput_tasks(model, corpus, rendered, tokens, encoders)
     tasks = {name: task for group in groups for name, task in group.items()}
     results: dict[str, tuple[float, int]] = {}
+    cpu: dict[str, float] = {}
     for group in groups:
-        results |= _median_runs(group, args.runs)
+        results |= _median_runs(group, args.runs, cpu)
     baseline_name = next(iter(results))
     baseline = results[baseline_name][0]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(
         f"throughput (median of {args.runs} alternating runs per group, load "
         f"{os.getloadavg()[0]:.2f}; ratio = speed vs {baseline_name}; share = speed vs the "
-        "engine limit on the same fastokens instance, measured in the same group):"
+        "engine limit on the same fastokens instance, measured in the same group; at most = "
+        f"the share the row's CPU time (every thread) allows on {cores} cores even if it kept "
+        "every core busy: wall time >= CPU time / cores):"
     )
     limit = None
     for name, (seconds, count) in results.items():
+        share = ""
         if name.startswith(ENGINE_LIMIT):
             limit = seconds
-        share = ""
-        if limit and "qwen-encode" in name and "[tokenizers]" not in name:
-            share = f"  share {limit / seconds:4.2f}"
+            share = f"  {cpu[name] / seconds:4.2f} cores busy"
+        measured = "qwen-encode" in name or name.startswith(ENGINE_PER_CONVERSATION)
+        if limit and measured and "[tokenizers]" not in name:
+            ceiling = limit / (cpu[name] / (cores or 1)) if cpu[name] > 0 else float("inf")
+            share = f"  share {limit / seconds:4.2f} (at most {min(ceiling, 99):4.2f})"
         print(_row(name, seconds, count, baseline) + share)
     if "fastokens" in encoders and not args.skip_threads:
         _threads(model, args.conversations, args.runs)
