@@ -4,6 +4,9 @@ copied) and the transformers oracle. Tests that need them skip with the reason w
 from __future__ import annotations
 
 import importlib.util
+import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +23,31 @@ def pytest_report_header() -> str:
     from qwen_encode import _accelerator
 
     return "qwen-encode modules: " + _accelerator.summary()
+
+
+@pytest.fixture
+def foreground_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP as a process run from a terminal has them, for the tests of what
+    a run does when they arrive. A job that a non-interactive shell starts in the background
+    (``cmd &``, as a CI script or a runner may) begins with SIGINT ignored, and Python keeps it
+    so: Ctrl-C then raises nothing, and every child inherits the ignoring (nohup does the same to
+    SIGHUP). Each one found ignored gets its foreground disposition back while the test runs."""
+    if sys.platform == "win32":
+        yield
+        return
+    foreground = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
+    ignored = [signum for signum in foreground if signal.getsignal(signum) is signal.SIG_IGN]
+    for signum in ignored:
+        signal.signal(signum, foreground[signum])
+    try:
+        yield
+    finally:
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def runs_only(encoder):  # type: ignore[no-untyped-def]

@@ -307,6 +307,7 @@ def test_failed_run_leaves_an_existing_output_untouched(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.usefixtures("foreground_signals")  # the child inherits an ignored signal
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
 def test_termination_leaves_no_partial_output(name: str, code: int, tmp_path: Path) -> None:
     """SIGTERM and SIGHUP left the partial .ids.jsonl.XXXX.tmp behind (only Ctrl-C was clean)."""
