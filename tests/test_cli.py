@@ -631,6 +631,32 @@ def test_validate_a_template_with_crlf_line_ends_passes(tmp_path: Path) -> None:
     assert report["problems"] == []
 
 
+def test_validate_a_special_token_with_a_lone_surrogate(tmp_path: Path) -> None:
+    """tokenizer_config.json may spell a token as the JSON escape of a lone surrogate: no token
+    can hold it, and tokenizers' token_to_id raised UnicodeEncodeError out of validate."""
+    folder = _tiny_copy(tmp_path)
+    config = folder / "tokenizer_config.json"
+    document = json.loads(config.read_text(encoding="utf-8"))
+    document["eos_token"] = "\ud800"
+    document["pad_token"] = {"content": "x\udfff", "special": True}
+    config.write_text(json.dumps(document), encoding="utf-8")  # ASCII: "\\ud800" escapes
+    result = run("validate", folder)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (
+        'tokenizer_config.json eos_token: expected a token string, found "\\ud800": it holds a '
+        "lone UTF-16 surrogate (U+D800 at character 0), which is not text" in result.stdout
+    )
+    assert "(U+DFFF at character 1)" in result.stdout
+    # --json: valid UTF-8 (run decodes it strictly) and valid JSON, the value escaped as read.
+    report = json.loads(run("validate", folder, "--json").stdout)
+    assert report["ok"] is False
+    shown = {e["field"]: e for e in report["special_tokens"]}
+    eos, pad = shown["tokenizer_config.json eos_token"], shown["tokenizer_config.json pad_token"]
+    assert (eos["value"], eos["tokens"], eos["verdict"]) == ("\ud800", "none", "problem")
+    assert (pad["value"]["content"], pad["verdict"]) == ("x\udfff", "problem")
+
+
 def test_validate_an_unreadable_checkpoint(tmp_path: Path) -> None:
     result = run("validate", tmp_path / "nothing-here")
     assert result.returncode == 1

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
@@ -504,6 +504,9 @@ EDITS = st.dictionaries(CHECKPOINT_FILES, SIDE_FILE | TEMPLATE, max_size=2)
 
 @settings(max_examples=40, deadline=None)
 @given(EDITS, st.sampled_from(["copy", "copy", "tiny"]) | JSON_LIKE)
+# Found by this test once in a full run: tokenizers' token_to_id raised UnicodeEncodeError on
+# a special token spelled as a lone surrogate.
+@example(edits={"tokenizer_config.json": '{"eos_token": "\\ud800"}'}, against="copy")
 def test_checkpoint_report(tmp_path_factory, edits, against) -> None:
     folder = _hostile_copy(tmp_path_factory.mktemp("ckpt"), edits)
     if isinstance(against, str):

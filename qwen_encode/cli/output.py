@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+from ..conversation import surrogate_problem
 from ..files import AtomicFile
 from .common import UsageError
 
-__all__ = ["AtomicOutput", "dump"]
+__all__ = ["AtomicOutput", "dump", "json_text"]
 
 
 class AtomicOutput:
@@ -64,10 +65,15 @@ class AtomicOutput:
 
 def dump(value: Any) -> bytes:
     """One JSON Lines record."""
-    # ensure_ascii=False: prompts in any script stay readable; the bytes are always UTF-8.
-    try:
-        return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate got into a record (a library message quoting caller text): escaped
-        # as \udxxx, the line stays valid JSON and valid UTF-8, and says what the input held.
-        return (json.dumps(value) + "\n").encode("ascii")
+    return (json_text(value) + "\n").encode("utf-8")
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON that UTF-8 can carry. ensure_ascii=False: text in any script stays
+    readable. But a lone surrogate in it (a library message quoting caller text, a side file's
+    ``"\\ud800"`` quoted by a report) has no UTF-8 form: then the value is written with ASCII
+    escapes, ``\\udxxx`` for it, still valid JSON and saying what the input held."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    if text.isascii() or surrogate_problem(text) is None:
+        return text
+    return json.dumps(value, indent=indent)

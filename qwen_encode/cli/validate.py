@@ -4,7 +4,6 @@ protocol? The judging is ``qwen_encode.validation``'s; this prints its report.""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from .common import (
     TINY_FIXTURE,
     warn,
 )
+from .output import json_text
 from .types import CLISubcommand
 
 __all__ = ["cmd_init", "cmd_validate"]
@@ -62,13 +62,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # the protocol as far as anyone can tell, so this is a failed check (1), not a usage error.
         if args.json:
             sys.stdout.write(
-                json.dumps({"source": args.source, "ok": False, "error": str(error)}, indent=2)
+                json_text({"source": args.source, "ok": False, "error": str(error)}, indent=2)
                 + "\n"
             )
         warn(f"validate: {error}")
         return EXIT_LINES_FAILED
     if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(report.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(report))
     return EXIT_OK if report.ok else EXIT_LINES_FAILED
@@ -85,7 +85,7 @@ def _validate_gguf(args: argparse.Namespace) -> int:
 
     report = validate_gguf(args.source, against=args.against)
     if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(report.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(report))
     return EXIT_OK if report.ok else EXIT_LINES_FAILED

@@ -17,6 +17,7 @@ from tokenizers.pre_tokenizers import PreTokenizer
 
 from ..checkpoint import CheckpointFiles
 from ..checkpoint_json import read_bytes, read_json
+from ..conversation import surrogate_problem
 from ..markers import END_OF_TEXT, TURN_CLOSE, TURN_OPEN
 from ..problems import Problem
 
@@ -408,8 +409,8 @@ def _tokenizer_config_entries(
         if value is None:
             entries.append(_missing_token_entry(name, rule, where, problems, warnings))
             continue
-        if not isinstance(value, str):
-            reason = f"expected a token string, found {_shown(raw)}"
+        reason = _not_a_token_string(raw, value)
+        if reason is not None:
             problems.append(Problem("special.invalid", where, reason))
             entries.append(SpecialTokenEntry(where, raw, "none", rule, "problem"))
             continue
@@ -420,6 +421,18 @@ def _tokenizer_config_entries(
             (warnings if verdict == "warning" else problems).append(problem)
         entries.append(SpecialTokenEntry(where, raw, tokens, rule, verdict))
     return entries
+
+
+def _not_a_token_string(raw: Any, value: Any) -> str | None:
+    """Why a side file's token entry (``raw``, its string ``value``) names no token, or None. A
+    JSON string may hold a lone surrogate (``"\\ud800"``): no token can spell it, and tokenizers
+    refuses it with UnicodeEncodeError instead of answering."""
+    if not isinstance(value, str):
+        return f"expected a token string, found {_shown(raw)}"
+    problem = surrogate_problem(value)
+    if problem is None:
+        return None
+    return f"expected a token string, found {_shown(raw)}: it {problem}"
 
 
 def _config_id_entries(
