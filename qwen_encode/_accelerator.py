@@ -22,6 +22,7 @@ import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from pathlib import Path
+from types import MemberDescriptorType
 from typing import Any, Final
 
 #: The modules compiled at install time: the renderer of plain rows and the encoder's
@@ -125,6 +126,16 @@ def runs_compiled(name: str) -> bool:
     """Whether module ``name`` of the package runs compiled in this process: a module with a
     loop that pays only compiled picks that form by this, and its builtins form otherwise."""
     return _STATE.get(name) == COMPILED
+
+
+def slot_members(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The member descriptors of ``cls``'s ``__slots__`` entries ``names``, in that order: what
+    ``_capi.qe_set_slots`` sets a frozen value's fields through when compiled (it writes through
+    each descriptor's member as is, so anything else is refused here, at import)."""
+    members = tuple(cls.__dict__.get(name) for name in names)
+    if not all(type(member) is MemberDescriptorType for member in members):
+        raise ImportError(f"{cls.__name__}'s fields {names} must all be __slots__ members")
+    return members
 
 
 def accelerator_info() -> dict[str, str]:

@@ -5,12 +5,11 @@ per-token provenance, sampled mask and log-probabilities computed on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from ._accelerator import runs_compiled
+from ._accelerator import runs_compiled, slot_members
 from .prompt import _made, _segment_of
 from .provenance import SAMPLED, UNRECORDED, token_provenance
 
@@ -166,9 +165,9 @@ _SET_ENCODER = Encoding.__dict__["_encoder"].__set__
 
 # The fields ``_encoded`` sets directly when compiled, in the order it gives their values (what
 # ``qe_set_slots`` takes: __slots__ members of the class).
-_FIELDS = tuple(
-    Encoding.__dict__[name]
-    for name in (
+_FIELDS = slot_members(
+    Encoding,
+    (
         "input_ids",
         "assistant_mask",
         "turn_index",
@@ -177,10 +176,8 @@ _FIELDS = tuple(
         "_logprobs",
         "_source",
         "_encoder",
-    )
+    ),
 )
-if not all(type(field) is MemberDescriptorType for field in _FIELDS):
-    raise ImportError("Encoding's fields must be __slots__ members")
 _NEW = object.__new__
 
 

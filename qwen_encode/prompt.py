@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass
-from types import MemberDescriptorType
 from typing import Any, Final, TypeAlias
 
 from . import markers as mk
-from ._accelerator import runs_compiled
+from ._accelerator import runs_compiled, slot_members
 from .conversation import surrogate_problem
 from .errors import PromptError, shown
 
@@ -483,8 +482,6 @@ class _Builder:
 
 # The fields ``Prompt._compact`` sets directly when compiled, in the order it gives their values
 # (what ``qe_set_slots`` takes: __slots__ members of the class).
-_FIELDS = tuple(Prompt.__dict__[name] for name in ("_segments", "_segs", "_runs", "_text", "_head"))
-if not all(type(field) is MemberDescriptorType for field in _FIELDS):
-    raise ImportError("Prompt's fields must be __slots__ members")
+_FIELDS = slot_members(Prompt, ("_segments", "_segs", "_runs", "_text", "_head"))
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in mk.ALL_ADDED_TOKENS) + ")")
