@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import qwen_encode as qe  # noqa: E402
-from qwen_encode.encoder_whole import _for_threads  # noqa: E402
+from qwen_encode.encoder_whole import _THREADS, _for_threads  # noqa: E402
 
 # -- corpus ------------------------------------------------------------------------------------
 
@@ -586,7 +586,7 @@ def _throughput(
         results |= _median_runs(group, args.runs, cpu)
     baseline_name = next(iter(results))
     baseline = results[baseline_name][0]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = _THREADS  # the cores this process may run on, as the encoder counts them
     print(
         f"throughput (median of {args.runs} alternating runs per group, load "
         f"{os.getloadavg()[0]:.2f}; ratio = speed vs {baseline_name}; share = speed vs the "

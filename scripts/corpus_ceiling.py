@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench import make_corpus  # noqa: E402
 
 import qwen_encode as qe  # noqa: E402
-from qwen_encode.encoder_whole import _for_threads  # noqa: E402
+from qwen_encode.encoder_whole import _THREADS, _for_threads  # noqa: E402
 
 LIMIT = "engine limit (one call)"
 
@@ -79,7 +79,7 @@ def main() -> None:
             times[name].append(
                 (time.perf_counter() - wall, time.process_time() - cpu, time.thread_time() - own)
             )
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = _THREADS  # the cores this process may run on, as the encoder counts them
     per = 1e6 / len(corpus)
     medians = {
         name: [statistics.median(column) * per for column in zip(*rows, strict=True)]
